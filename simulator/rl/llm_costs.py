@@ -1446,7 +1446,8 @@ class LlmCosts:
                 f"resident {resident / 1e9:.1f} GB) on {device.name}'s {capacity_text(hbm)}", source=self.source,
                 field="workload.reward.served.layout.gpu_memory_utilization",
                 fix=f"lower it to <= {fits:.2f} (verl reward.reward_model.rollout.gpu_memory_utilization), serve the "
-                    f"reward model on devices of its own (workload.reward.served.devices), or {self._resident_fix()}")
+                    f"reward model on devices of its own (workload.reward.served.devices), or "
+                    f"{self._resident_fix(lay, smallest)}")
 
     def _inference_shard_bytes(self) -> float:
         lay = self.rollout_layout
@@ -1654,7 +1655,7 @@ class LlmCosts:
             engine = device.hbm_bytes * self.rollout_layout.gpu_memory_utilization
             total = engine + resident
             if self.scenario.schedule.effective_placement == "colocated" and total > device.hbm_bytes:
-                field, fix = self._engine_share_fix(device.hbm_bytes, resident)
+                field, fix = self._engine_share_fix(device.hbm_bytes, resident, lay, hbm)
                 of_it = f", {frozen_text(frozen)} {sum(frozen.values()) / 1e9:.1f} GB of it" if frozen else ""
                 raise RlsimError(
                     f"the rollout phase needs {total / 1e9:.1f} GB per device (engine {engine / 1e9:.1f} GB + "
@@ -1663,12 +1664,13 @@ class LlmCosts:
             totals.append(total)
         return max(totals)
 
-    def _engine_share_fix(self, hbm_bytes: float, resident: float) -> tuple[str, str]:
+    def _engine_share_fix(self, hbm_bytes: float, resident: float, lay: TrainLayout,
+                          state_hbm_bytes: float) -> tuple[str, str]:
         """The field to name and the fix, in the terms the user wrote: the engine share they set, the
         default they did not set, or the planner's (layout: auto)."""
         fits = max(0.0, (hbm_bytes - resident) / hbm_bytes)
         share = self.rollout_layout.gpu_memory_utilization
-        others = self._resident_fix()
+        others = self._resident_fix(lay, state_hbm_bytes)
         if hbm_bytes - resident < self._inference_shard_bytes():   # no share holds even the engine's weights
             return ("workload.train_layout", f"the resident training state leaves {fits:.2f} of HBM, less than the "
                     f"engine's weight shard ({self._inference_shard_bytes() / 1e9:.1f} GB): no "
@@ -1684,8 +1686,9 @@ class LlmCosts:
         return ("workload.rollout_layout.gpu_memory_utilization",
                 f"lower gpu_memory_utilization ({share:g}) to <= {fits:.2f}, or {others}")
 
-    def _resident_fix(self) -> str:
-        """What shrinks the training state resident through the rollout, as this run has it."""
+    def _resident_fix(self, lay: TrainLayout, hbm_bytes: float) -> str:
+        """What shrinks the training state resident through the rollout, as this run has it (training
+        layout `lay`, its state sized on `hbm_bytes` devices as resident_training_bytes sizes it)."""
         switch, offload = self.switch_params, self.train_params.offload
         steps = []
         if not (switch.offload_optimizer or offload.optimizer):
@@ -1693,9 +1696,16 @@ class LlmCosts:
                          "workload.train_params.offload.optimizer)")
         if not (switch.offload_weights or offload.params):
             steps.append("offload the training weights (schedule.switch.offload_weights: true)")
-        if self._keeps_gradient_buffer():
+        buffer, bucket = self._kept_gradient_state(lay, hbm_bytes)
+        if buffer:
             steps.append("offload the kept gradient buffer (workload.train_params.offload.grads: true; verl's "
                          "actor.megatron.param_offload frees it with the parameters)")
+        elif bucket:   # the per-phase offload.grads too, unless ZeRO-Offload's partition is on the host already
+            per_phase = "" if self.train_params.memory.grad_partition_on_host else \
+                ", or the per-phase workload.train_params.offload.grads: true"
+            steps.append(f"free DeepSpeed's kept reduction bucket (schedule.switch.free_gradients: true{per_phase}: "
+                         "stage3.py offload_states' contiguous_grad_buffer, which OpenRLHF's --ds.enable_sleep calls "
+                         "unless --ds.adam_offload)")
         if not switch.bucketed:
             steps.append("bucket the weights (schedule.switch.bucketed: true)")
         critic = self.critic_params.offload
@@ -1708,12 +1718,17 @@ class LlmCosts:
         more = "use more devices per training replica (tp / pp)"
         return "".join(f"{step}, or " for step in steps) + more   # none left: more devices alone
 
-    def _keeps_gradient_buffer(self) -> bool:
-        """Whether the actor's gradient buffer is part of the training state resident through the
-        rollout (resident_training_bytes: the stack keeps it, kept_gradient_bytes, and the switch
-        neither moves it with the optimizer state nor frees it)."""
+    def _kept_gradient_state(self, lay: TrainLayout, hbm_bytes: float) -> tuple[bool, bool]:
+        """(the gradient buffer, DeepSpeed's kept reduction bucket): whether each is part of the actor's
+        training state resident through the rollout on layout `lay` (resident_training_bytes: the stack
+        keeps it, kept_gradient_bytes, and the switch neither moves it with the optimizer state nor frees
+        it)."""
         switch = self.switch_params
-        return gradient_buffer_kept(self.train_params) and not (switch.offload_optimizer or switch.free_gradients)
+        if switch.offload_optimizer or switch.free_gradients:
+            return False, False
+        mem = training_state_bytes(self.model, lay, hbm_bytes, self.train_params)
+        kept = kept_gradient_bytes(mem, self.train_params) > 0
+        return gradient_buffer_kept(self.train_params) and kept, kept and mem.kept_buffers_bytes > 0
 
     def update_offload_s(self, role, ranks) -> float:
         """The per-phase offload's round trip (train_params.offload, scope update): what it offloads

@@ -550,3 +550,32 @@ def test_zero3s_ipg_bucket_stays_beside_the_other_phases_unless_deepspeed_sleeps
     assert held == pytest.approx(grads + 5e8 * 2.0) and 1.9e9 < grads < 2.1e9   # 2 B x 8B / 8
     assert kept("+ds.adam_offload=true")[0] == pytest.approx(5e8 * 2.0)
     assert kept("+ds.enable_sleep=true")[0] == 0.0
+
+
+def test_the_engine_share_fix_names_what_frees_a_kept_zero3_bucket():
+    """The hybrid example under ds.adam_offload (the gradient partition on the host, so no kept gradient
+    buffer) at vllm.gpu_memory_utilization 0.97: the resident state still holds ZeRO-3's IPG bucket
+    (5e8 x 2 B), and the fix names what frees it (the switch's free_gradients; not the per-phase
+    offload.grads, which ZeRO-Offload's host partition refuses); following it frees 1 GB. Without
+    ds.adam_offload and ds.enable_sleep the fix names the kept gradient buffer, as before."""
+    from simulator.hardware.topology import load_topology
+    from simulator.rl.llm_costs import LlmCosts, resident_training_bytes
+
+    def refused(*overrides: str, switch: dict | None = None) -> tuple[RlsimError, LlmCosts]:
+        scenario = import_config("openrlhf", HYBRID, ["vllm.gpu_memory_utilization=0.97", *overrides]).scenario
+        scenario["schedule"]["switch"].update(switch or {})
+        sc = load_scenario(scenario)
+        costs = LlmCosts(sc, load_topology(sc.topology))
+        with pytest.raises(RlsimError) as info:
+            costs.rollout_phase_bytes(costs.layout(8))
+        return info.value, costs
+    error, costs = refused("+ds.adam_offload=true")
+    assert "free DeepSpeed's kept reduction bucket (schedule.switch.free_gradients: true:" in error.fix
+    assert "kept gradient buffer" not in error.fix and "offload.grads" not in error.fix
+    _, freed = refused("+ds.adam_offload=true", switch={"free_gradients": True})
+    held = [resident_training_bytes(c.model, c.layout(8), c.switch_params, 80 * 2**30, 0.0, c.train_params)
+            for c in (costs, freed)]
+    assert held[0] - held[1] == pytest.approx(5e8 * 2.0, rel=1e-12)
+    error, _ = refused("ds.enable_sleep=false")
+    assert "offload the kept gradient buffer" in error.fix and "kept reduction bucket" not in error.fix
+
