@@ -495,6 +495,17 @@ class MemoryParams(StrictModel):
     # boundary's reduction, cpu_offload or not). With offload.optimizer only (ZeRO-Offload), never beside
     # zero2_accumulated_grad_partitions (accumulated on the host) or offload.grads (nothing left to move).
     grad_partition_on_host: bool = False
+    # Bytes a parameter of the device's gradient partition that DeepSpeed ZeRO-1 / 2's optimizer step copies
+    # beside it once the backward's activations and buckets are freed (deepspeed 0.19.6 runtime/zero/
+    # stage_1_and_2.py step(), not under cpu_offload: flat_grad_partition = self.flatten(self
+    # .averaged_gradients[i]) in the model's dtype, then single_grad_partition = flat_grad_partition.to(
+    # fp32) before the flat copy is deleted; the partition's own gradients stay referenced until the cast
+    # is done, the others' freed first, free_grad_in_param_list(params_not_in_partition)): 2 + 4 with bf16
+    # weights (frameworks/deepspeed_zero.py). The step's peak, weights + optimizer state + the partition +
+    # these copies, counts in the update's fit where it exceeds the backward's (MemoryBreakdown
+    # .step_bytes: the max of the two phases). train_layout.zero 1-2 only. 0: none (Megatron-Core's
+    # distributed optimizer steps on views of its main_grad buffer, FSDP on its sharded gradients).
+    zero_step_grad_copy_bytes_per_param: float = Field(0.0, ge=0)
 
     @property
     def resident_bytes_per_param(self) -> float:
@@ -552,6 +563,10 @@ class MemoryParams(StrictModel):
         if self.zero_reduce_bucket_params == 0 and self.zero_reduce_buckets != 1:
             raise ValueError("zero_reduce_buckets applies only with zero_reduce_bucket_params above 0 (DeepSpeed's "
                              "reduce_bucket_size): set both, or remove zero_reduce_buckets")
+        if self.grad_partition_on_host and self.zero_step_grad_copy_bytes_per_param:
+            raise ValueError("grad_partition_on_host keeps ZeRO-Offload's gradient partition on the host, where its "
+                             "optimizer step reads it (stage_1_and_2.py step(), cpu_offload): remove "
+                             "zero_step_grad_copy_bytes_per_param, or grad_partition_on_host")
         if self.grad_partition_on_host and self.zero2_accumulated_grad_partitions:
             raise ValueError("grad_partition_on_host keeps ZeRO-Offload's gradient partition on the host, where ZeRO-2 "
                              "accumulates the micro-batches (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu): "
@@ -1510,6 +1525,10 @@ LAYOUT_GATED_MEMORY["grad_partition_on_host"] = LayoutGate(
     lambda lay: lay.zero >= 2, "ZeRO-2 or 3 (train_layout.zero: 2 or 3)",
     "where ZeRO-Offload's gradient partition lives (ZeRO-1 holds the whole gradients on the device)",
     "set workload.train_layout.zero: 2 or 3")
+LAYOUT_GATED_MEMORY["zero_step_grad_copy_bytes_per_param"] = LayoutGate(
+    lambda lay: lay.zero in (1, 2), "ZeRO-1 or 2 (train_layout.zero: 1 or 2)",
+    "the copies of the gradient partition DeepSpeed's ZeRO-1 / 2 optimizer step makes",
+    "set workload.train_layout.zero: 1 or 2")
 LAYOUT_GATED_MEMORY["zero2_accumulated_grad_partitions"] = LayoutGate(
     lambda lay: lay.zero == 2, "ZeRO-2 (train_layout.zero: 2)",
     "the gradient partitions ZeRO-2 accumulates over an optimizer step's micro-batches",

@@ -43,6 +43,11 @@ DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM = 4.0
 # the reduction stream): 1 beside the contiguous buckets, overlap_comm or not (MemoryParams
 # .zero_reduce_buckets counts both kinds).
 DEEPSPEED_ZERO12_ALLREDUCE_COPIES = 1
+# ZeRO-1 / 2's optimizer step (stage_1_and_2.py step(), not under cpu_offload) flattens the device's gradient
+# partition in the model's dtype (flat_grad_partition = self.flatten(self.averaged_gradients[i]): 2) and
+# casts it to the fp32 of the master weights (flat_grad_partition.to(...): 4) before deleting the flat
+# copy, the partition's own gradients still referenced: MemoryParams.zero_step_grad_copy_bytes_per_param.
+DEEPSPEED_STEP_GRAD_COPY_BYTES_PER_PARAM = DEEPSPEED_GRAD_BYTES_PER_PARAM + 4.0
 # ZeRO-3's IPG bucket and its copy while a full bucket is reduce-scattered (MemoryParams
 # .zero_reduce_buckets says where): 2 bucket-sized buffers through the backward, overlap_comm or not.
 DEEPSPEED_ZERO3_REDUCE_BUCKETS = 2
@@ -59,7 +64,9 @@ def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool
                       fp32_grad_accum: bool = False, params_on_host: bool = False) -> dict[str, dict[str, Any]]:
     """workload.train_params {"memory": ..., "comm": ...} of DeepSpeed ZeRO `stage` 0-3 in bf16 / fp16: the
     gradients in the model's dtype, reduced in it; at 1 and 2 the contiguous reduction buckets (2 with
-    overlap_comm: setup_buckets), each all-reduced (average_tensor with use_multi_rank_bucket_allreduce);
+    overlap_comm: setup_buckets), each all-reduced (average_tensor with use_multi_rank_bucket_allreduce)
+    from its flattened copy (allreduce_bucket), and, unless the optimizer steps on the host, the
+    optimizer step's copies of the gradient partition (its flat copy and the fp32 cast);
     at 2 the reduction in every micro-batch's backward and, unless the optimizer steps on the host
     (ZeRO-Offload copies each micro-batch's partition to the host instead), the accumulated partition
     beside the one the next backward fills; at 3 (zero3_train_params) the kept gradient partition, the
@@ -91,6 +98,8 @@ def _zero_stage_params(stage: int, *, overlap_comm: bool, optimizer_on_host: boo
         memory["zero_reduce_bucket_params"] = float(DEEPSPEED_REDUCE_BUCKET_SIZE)
         memory["zero_reduce_buckets"] = (2 if overlap_comm else 1) + DEEPSPEED_ZERO12_ALLREDUCE_COPIES
         comm["zero_grad_reduce"] = "all-reduce"
+        if not optimizer_on_host:   # ZeRO-Offload's step reads the fp32 partition on the host
+            memory["zero_step_grad_copy_bytes_per_param"] = DEEPSPEED_STEP_GRAD_COPY_BYTES_PER_PARAM
     if stage == 2:
         comm["zero2_reduce_every_micro_batch"] = True
         if not optimizer_on_host:

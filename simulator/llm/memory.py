@@ -39,11 +39,31 @@ class MemoryBreakdown:
     # bucket); resident beside the other phases unless the gradients are offloaded (rl/llm_costs.py
     # kept_gradient_bytes). A part of zero_buffers_bytes, not added to the total.
     kept_buffers_bytes: float = 0.0
+    # DeepSpeed ZeRO-1 / 2's optimizer step (zero_step_copies: MemoryParams
+    # .zero_step_grad_copy_bytes_per_param): the copies of the gradient partition it makes once the
+    # backward's activations and buckets are freed, and the gradients it then holds (the partition; ZeRO-1
+    # frees the others first). The step's peak, weights + these + optimizer state, sets the total where
+    # it exceeds the backward's (the max of the two phases, not their sum). 0 elsewhere.
+    step_copies_bytes: float = 0.0
+    step_gradients_bytes: float = 0.0
+
+    @property
+    def backward_bytes(self) -> float:
+        """The update's forward-backward peak: the states, activations, logits and backward buffers."""
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.logits_bytes + self.gathered_bytes + self.zero_buffers_bytes)
+
+    @property
+    def step_bytes(self) -> float:
+        """The optimizer step's peak where it copies the gradient partition (step_copies_bytes), else 0."""
+        if not self.step_copies_bytes:
+            return 0.0
+        return self.weights_bytes + self.step_gradients_bytes + self.optimizer_bytes + self.step_copies_bytes
 
     @property
     def total_bytes(self) -> float:
-        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.logits_bytes + self.gathered_bytes + self.zero_buffers_bytes)
+        backward = self.backward_bytes
+        return max(backward, self.step_bytes) if self.step_copies_bytes else backward
 
     @property
     def fits(self) -> bool:
@@ -54,7 +74,9 @@ class MemoryBreakdown:
                 "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
                 "logits_bytes": self.logits_bytes, "gathered_bytes": self.gathered_bytes,
                 "zero_buffers_bytes": self.zero_buffers_bytes, "total_bytes": self.total_bytes,
-                "capacity_bytes": self.capacity_bytes}
+                "capacity_bytes": self.capacity_bytes,
+                **({"step_copies_bytes": self.step_copies_bytes, "step_bytes": self.step_bytes}
+                   if self.step_copies_bytes else {})}
 
     def describe(self) -> str:
         gb = 1e9
@@ -64,6 +86,8 @@ class MemoryBreakdown:
                 + (f" + ZeRO-3 gathered {self.gathered_bytes / gb:.1f} GB" if self.gathered_bytes else "")
                 + (f" + DeepSpeed ZeRO backward buffers {self.zero_buffers_bytes / gb:.1f} GB" if self.zero_buffers_bytes
                    else "")
+                + (f" (the optimizer step: {self.step_bytes / gb:.1f} GB with DeepSpeed's gradient partition copies "
+                   f"{self.step_copies_bytes / gb:.1f} GB)" if self.step_copies_bytes else "")
                 + f" = {self.total_bytes / gb:.1f} GB on pipeline stage "
                 f"{self.stage}, usable {self.capacity_bytes / gb:.1f} GB")
 
@@ -170,7 +194,8 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     weight_bpp, grad_bpp = params.resident_bytes_per_param, params.grad_bytes_per_param
     optim_bpp = params.optimizer_bytes_per_param
     logits_bpe = params.logits_bytes_per_elem + params.entropy_logits_bytes_per_elem
-    best: tuple[float, ...] | None = None   # (total, stage, weights, grads, optim, acts, logits, gathered, buffers)
+    best: tuple[float, ...] | None = None   # (total, stage, weights, grads, optim, acts, logits, gathered, buffers,
+    #                                            step copies, step gradients)
     for s in range(pp):
         dense, expert, largest_layer, per_chunks, rebuilt, trained_dense, trained_expert = sums[s]
         outer = 0.0   # the embedding / output head this stage holds (FSDP's root unit)
@@ -198,15 +223,18 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert) \
             if zero >= 3 else 0.0
         buffers = zero_backward_buffers_bytes(zero, grad_bpp * trained_shard, micro_batches or 1, params)
+        copies, step_grads = zero_step_copies(zero, grad_bpp * trained_shard, params)
         # MemoryBreakdown.total_bytes's sum, in its order: the stage with the largest (the first of equals)
         total = weights + grads + optim + acts + logits + gathered + buffers
+        if copies:
+            total = max(total, weights + step_grads + optim + copies)
         if best is None or total > best[0]:
-            best = (total, s, weights, grads, optim, acts, logits, gathered, buffers)
+            best = (total, s, weights, grads, optim, acts, logits, gathered, buffers, copies, step_grads)
     assert best is not None
-    _, stage, weights, grads, optim, acts, logits, gathered, buffers = best
+    _, stage, weights, grads, optim, acts, logits, gathered, buffers, copies, step_grads = best
     return MemoryBreakdown(int(stage), weights, grads, optim, acts, logits,
                            capacity_hbm_bytes * params.hbm_usable_fraction, gathered, buffers,
-                           zero_kept_bucket_bytes(zero, params))
+                           zero_kept_bucket_bytes(zero, params), copies, step_grads)
 
 
 def device_gradient_bytes(zero: int, grad_bpp: float, trained: float, trained_shard: float,
@@ -217,6 +245,17 @@ def device_gradient_bytes(zero: int, grad_bpp: float, trained: float, trained_sh
     if zero >= 2:
         return 0.0 if params.grad_partition_on_host else grad_bpp * trained_shard
     return grad_bpp * trained
+
+
+def zero_step_copies(zero: int, grad_partition_bytes: float, params: MemoryParams) -> tuple[float, float]:
+    """(copies, gradients) DeepSpeed ZeRO-1 / 2's optimizer step holds on one device beside the weights and
+    optimizer state: MemoryParams.zero_step_grad_copy_bytes_per_param of each parameter of the device's
+    gradient partition (`grad_partition_bytes`, grad_bytes_per_param each) and the partition itself.
+    (0, 0) at other stages or without the copies."""
+    if zero not in (1, 2) or not params.zero_step_grad_copy_bytes_per_param or not params.grad_bytes_per_param:
+        return 0.0, 0.0
+    copies = grad_partition_bytes / params.grad_bytes_per_param * params.zero_step_grad_copy_bytes_per_param
+    return copies, grad_partition_bytes
 
 
 def zero_kept_bucket_bytes(zero: int, params: MemoryParams) -> float:

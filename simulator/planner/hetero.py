@@ -288,7 +288,8 @@ class HeteroStepModel:
         attention, the recompute mode, sequence parallel with TP > 1 as _stage_unit's layout) for the
         p - s micro-batches 1F1B holds in flight, one layer rebuilt whole under full recompute, the
         fp32 logits on the last stage, and DeepSpeed's backward buffers (zero_backward_buffers_bytes: its
-        reduction buckets, ZeRO-2's accumulated partition where a replica runs several ``micro_batches``)."""
+        reduction buckets, ZeRO-2's accumulated partition where a replica runs several ``micro_batches``),
+        or its optimizer step's peak where larger (zero_step_copies: the gradient partition's copies)."""
         stage_bytes = self._stage_bytes(tp, pp, dp, zero, micro_batches)
         out, first = [], 0
         for st, count in enumerate(layers):
@@ -301,7 +302,7 @@ class HeteroStepModel:
         """bytes(stage, first layer, layer count) on one device of that stage (stage_memory_bytes):
         prefix sums over the layers, so that _layers_held can try every count."""
         from ..llm.layer_costs import layer_shapes
-        from ..llm.memory import activation_bytes_per_token, zero_backward_buffers_bytes
+        from ..llm.memory import activation_bytes_per_token, zero_backward_buffers_bytes, zero_step_copies
 
         m, memory = self.model, self.train_params.memory
         weight_b, grad_b, optim_b = self.state_bytes
@@ -333,7 +334,11 @@ class HeteroStepModel:
             if self.recompute == "full" and count:
                 acts += stored(shapes[first], "none")
             buffers = zero_backward_buffers_bytes(zero, grad_b * params / dp, micro_batches, memory)
-            return params * state_bytes_per_param + acts + (logits if st == pp - 1 else 0.0) + buffers
+            backward = params * state_bytes_per_param + acts + (logits if st == pp - 1 else 0.0) + buffers
+            copies, step_grads = zero_step_copies(zero, grad_b * params / dp, memory)
+            if not copies:
+                return backward
+            return max(backward, params * (weight_b + optim_b / dp) + step_grads + copies)
         return stage_bytes
 
     def _usable_hbm(self, by_stage: list[list[list[int]]], st: int) -> float:

@@ -389,7 +389,7 @@ def test_a_zero2_actor_holds_and_reduces_its_gradients_as_deepspeed_does():
     ds.overlap_comm adds DeepSpeed's second bucket (3)."""
     memory, comm, r = _zero_params("ds.zero_stage=2")
     assert memory == {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 2,
-                      "zero2_accumulated_grad_partitions": 1}
+                      "zero_step_grad_copy_bytes_per_param": 6.0, "zero2_accumulated_grad_partitions": 1}
     assert comm == {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce",
                     "zero2_reduce_every_micro_batch": True}
     load_scenario(r.scenario)
@@ -418,7 +418,8 @@ def test_zero_1_2_hold_the_all_reduces_flattened_copy_beside_their_buckets(stage
 
 @pytest.mark.parametrize(("stage", "memory", "comm"), [
     (0, {"grad_bytes_per_param": 2.0}, {"grad_reduce_bytes_per_param": 2.0}),
-    (1, {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 2},
+    (1, {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 2,
+         "zero_step_grad_copy_bytes_per_param": 6.0},
      {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce"}),
     (3, ZERO3_MEMORY, {"grad_reduce_bytes_per_param": 2.0})])
 def test_each_zero_stage_takes_its_own_deepspeed_keys(stage, memory, comm):
@@ -433,6 +434,7 @@ def test_zero_offload_keeps_no_accumulated_partition_and_zero3_reads_past_overla
     memory, _, r = _zero_params("ds.zero_stage=2", "+ds.adam_offload=true")
     assert "zero2_accumulated_grad_partitions" not in memory and memory["zero_reduce_bucket_params"] == 5e8
     assert memory["grad_partition_on_host"] is True   # copy_grads_in_partition returns early: no partition on the GPU
+    assert "zero_step_grad_copy_bytes_per_param" not in memory   # the step reads the host's fp32 partition
     load_scenario(r.scenario)
     memory, _, r = _zero_params("ds.zero_stage=1", "+ds.adam_offload=true")   # the whole param.grad on the GPU
     assert "grad_partition_on_host" not in memory
@@ -457,6 +459,7 @@ def test_fp32_gradient_accumulation_as_deepspeed_runs_it_at_zero1_and_zero3(stag
     memory, comm, r = _zero_params(f"ds.zero_stage={stage}", "+ds.grad_accum_dtype=fp32")
     assert memory["grad_bytes_per_param"] == grads and comm["grad_reduce_bytes_per_param"] == 2.0
     assert ("zero_reduce_bucket_params" in memory) == buckets
+    assert "zero_step_grad_copy_bytes_per_param" not in memory   # BF16_Optimizer / ZeRO-3: not stage_1_and_2's step
     assert memory["grad_buffer_persists"] is True   # ZeRO-1: BF16_Optimizer's fp32 buffer; ZeRO-3: the partition
     assert memory.get("kept_grad_bytes_per_param") == (4.0 if stage == 1 else None)
     assert r.mapped["ds.grad_accum_dtype"].startswith("workload.train_params.memory.grad_bytes_per_param")

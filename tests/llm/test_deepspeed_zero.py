@@ -249,3 +249,30 @@ def test_a_host_gradient_partition_at_zero1_is_refused_naming_its_field():
     scenario["workload"]["train_layout"]["zero"] = 2
     load_scenario(scenario)
 
+
+@pytest.mark.parametrize(("zero", "dp"), [(1, 2), (2, 8)])
+def test_deepspeeds_optimizer_step_copies_set_the_peak_where_they_exceed_the_backward(zero, dp):
+    """memory.zero_step_grad_copy_bytes_per_param 6 (stage_1_and_2.py step(): the partition flattened in bf16,
+    2, and cast to fp32, 4): after the backward the device holds weights + optimizer state + the bf16
+    partition (2 B x params / dp, the others' gradients freed first at ZeRO-1) + 6 B x params / dp. Short
+    sequences: the step's peak is the total (at ZeRO-1 only on few ranks: the backward holds the whole
+    gradients); long ones: the backward's (the max of the phases, not a sum)."""
+    n = _trained_params()
+    memory = MemoryParams(grad_bytes_per_param=2.0, zero_step_grad_copy_bytes_per_param=6.0)
+    lay = TrainLayout(dp=dp, zero=zero, recompute="full", micro_batch=1)
+    short = memory_per_device(QWEN, lay, 128, BIG, params=memory, micro_batches=1)
+    step = short.weights_bytes + short.optimizer_bytes + (2.0 + 6.0) * n / dp
+    assert short.step_copies_bytes == pytest.approx(6.0 * n / dp, rel=1e-12)
+    assert short.step_bytes == pytest.approx(step, rel=1e-12) and short.step_bytes > short.backward_bytes
+    assert short.total_bytes == short.step_bytes and short.as_dict()["step_bytes"] == short.step_bytes
+    assert "the optimizer step" in short.describe()
+    long = memory_per_device(QWEN, lay, 65536, BIG, params=memory, micro_batches=1)
+    assert long.backward_bytes > long.step_bytes and long.total_bytes == long.backward_bytes
+    bare = memory_per_device(QWEN, lay, 128, BIG, params=MemoryParams(grad_bytes_per_param=2.0), micro_batches=1)
+    assert bare.total_bytes == bare.backward_bytes == short.backward_bytes and "step_bytes" not in bare.as_dict()
+
+
+def test_step_copies_beside_a_host_gradient_partition_are_refused():
+    with pytest.raises(ValueError, match="remove zero_step_grad_copy_bytes_per_param, or grad_partition_on_host"):
+        MemoryParams(grad_partition_on_host=True, zero_step_grad_copy_bytes_per_param=6.0)
+

@@ -164,7 +164,8 @@ MOVED_MEMORY = {"zero3_prefetch_layers": ({}, 2), "zero3_outer_gathered": ({}, F
                 "zero_reduce_bucket_params": ({}, 5e8), "zero_reduce_buckets": ({"zero_reduce_bucket_params": 5e8}, 2),
                 "zero2_accumulated_grad_partitions": ({}, 1),
                 "zero_reduce_buckets_kept": ({"zero_reduce_bucket_params": 5e8}, 1),
-                "grad_partition_on_host": ({}, True)}
+                "grad_partition_on_host": ({}, True),
+                "zero_step_grad_copy_bytes_per_param": ({}, 1000.0)}   # past the backward's peak
 
 
 @pytest.mark.parametrize("knob", sorted(LAYOUT_GATED_MEMORY))

@@ -460,6 +460,23 @@ def test_the_hetero_memory_check_leaves_zero_offloads_host_partition_out_as_the_
     assert (theirs.gradients_bytes == 0.0) == (zero == 2)
 
 
+@pytest.mark.parametrize(("zero", "dp", "seq"), [(1, 2, 256), (1, 8, 256), (2, 8, 256), (2, 8, 8192)])
+def test_the_hetero_memory_check_takes_deepspeeds_step_peak_where_larger_as_the_training_model(zero, dp, seq):
+    """memory.zero_step_grad_copy_bytes_per_param: the optimizer step's peak (weights, optimizer state, the
+    partition and its copies) where it exceeds the backward's; the hetero stage bytes equal llm/memory.py's."""
+    from simulator.llm.memory import memory_per_device
+    from simulator.params import MemoryParams, TrainParams
+
+    model, topo = load_model("llama3.1-8b"), load_topology({"preset": "dgx-h100", "nodes": 1})
+    memory = MemoryParams(grad_bytes_per_param=2.0, zero_step_grad_copy_bytes_per_param=6.0)
+    mine = HeteroStepModel(model, topo, seq, 1, train_params=TrainParams(memory=memory)).stage_memory_bytes(
+        1, 1, dp, [model.num_layers], zero, micro_batches=1)
+    theirs = memory_per_device(model, TrainLayout(tp=1, pp=1, dp=dp, zero=zero, recompute="full"), seq, 80e9,
+                               params=memory, micro_batches=1)
+    assert mine[0] == pytest.approx(theirs.total_bytes, rel=1e-9)
+    assert (theirs.total_bytes == theirs.step_bytes) == (seq == 256 and (zero, dp) != (1, 8))
+
+
 @pytest.mark.parametrize("zero", [1, 2])
 def test_the_hetero_memory_check_counts_deepspeeds_backward_buffers_as_the_training_model(zero):
     """DeepSpeed's buckets (2 x 5e8 x 2 B) and, at ZeRO-2 with 4 micro-batches, the accumulated bf16
