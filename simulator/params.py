@@ -1113,6 +1113,31 @@ class InferenceParams(StrictModel):
     # (rlsim's own default, its behaviour before this field).
     custom_all_reduce: bool = False
     custom_all_reduce_max_bytes: float = Field(8 * 2**20, gt=0)
+    # -- speculative decoding (docs/cost-models-inference.md "Speculative decoding", llm/speculative.py) --
+    # vLLM's speculative_config / SGLang's --speculative-algorithm: the drafter. draft_model: a separate
+    # small model (speculative_draft_model); eagle / eagle3: an EAGLE head of speculative_draft_layers
+    # layers of the target's shape sharing its embedding and LM head (vLLM llama_eagle.py, llama_eagle3.py);
+    # mtp: the target's own multi-token-prediction layers (DeepSeek-V3's num_nextn_predict_layers: 1,
+    # vLLM deepseek_mtp.py; verl's rollout.mtp). None: no speculation (rlsim before these fields).
+    speculative_method: Literal["draft_model", "eagle", "eagle3", "mtp"] | None = None
+    # Tokens drafted a sequence and step (vLLM num_speculative_tokens, SGLang --speculative-num-steps):
+    # the target verifies this many + 1 positions a sequence in one forward.
+    num_speculative_tokens: int = Field(0, ge=0)
+    # The chance that the target accepts a drafted token, each drawn independently (Leviathan et al.
+    # 2023, arXiv 2211.17192: E = (1 - a^(k+1)) / (1 - a) tokens a step). It depends on the draft, the
+    # data and the sampling temperature, so it has no default: required with speculative_method (measure
+    # it: vLLM's spec_decode acceptance metrics, SGLang's accept length = E).
+    speculative_acceptance_rate: float | None = Field(None, ge=0, le=1, validate_default=True)
+    # The draft model of speculative_method draft_model (a preset name or a config.json path, as
+    # workload.model); served with the target's layout and dtypes.
+    speculative_draft_model: str | None = Field(None, validate_default=True)
+    # Layers of an eagle / eagle3 / mtp drafter, of the target's shape: 1 (an EAGLE head is one decoder
+    # layer, vLLM LlamaModel in llama_eagle.py / llama_eagle3.py; DeepSeek-V3's num_nextn_predict_layers
+    # is 1). Each draft forward runs them all.
+    speculative_draft_layers: int = Field(1, ge=1)
+    # The drafter's input projection in hidden x hidden units; None: the method's (llm/speculative.py
+    # DRAFT_FC_INPUTS: eagle 2, eagle3 3, mtp 2, draft_model 0).
+    speculative_draft_fc_inputs: int | None = Field(None, ge=0)
 
     @field_validator("custom_all_reduce_max_bytes", mode="after")
     @classmethod
@@ -1121,6 +1146,60 @@ class InferenceParams(StrictModel):
         if value != default and not (info.data or {}).get("custom_all_reduce", True):
             raise ValueError("applies only with custom_all_reduce: true; remove custom_all_reduce_max_bytes or set "
                              "custom_all_reduce: true")
+        return value
+
+    @field_validator("num_speculative_tokens", mode="after")
+    @classmethod
+    def _drafts_need_a_method(cls, value: int, info: ValidationInfo) -> int:
+        method = (info.data or {}).get("speculative_method")
+        if value and method is None:
+            raise ValueError("drafted tokens need a drafter: set speculative_method (draft_model, eagle, eagle3 or "
+                             "mtp), or remove num_speculative_tokens")
+        if not value and method is not None:
+            raise ValueError(f"speculative_method {method} drafts num_speculative_tokens a step, which is 0: give "
+                             "num_speculative_tokens of 1 or more (vLLM's num_speculative_tokens), or remove "
+                             "speculative_method")
+        return value
+
+    @field_validator("speculative_acceptance_rate", mode="after")
+    @classmethod
+    def _acceptance_with_speculation(cls, value: float | None, info: ValidationInfo) -> float | None:
+        """Given with speculation, and only with it: no default (it depends on the draft, the data and
+        the temperature)."""
+        method = (info.data or {}).get("speculative_method")
+        if value is None and method is not None:
+            raise ValueError(f"speculative_method {method} needs the rate at which the target accepts a drafted "
+                             "token, which depends on the draft, the data and the sampling temperature: give "
+                             "speculative_acceptance_rate (0 to 1; measured, e.g. vLLM's spec_decode acceptance "
+                             "metrics: a mean accepted length of A tokens a step solves (1 - a^(k+1)) / (1 - a) = A)")
+        if value is not None and method is None:
+            raise ValueError("applies with speculative_method; remove speculative_acceptance_rate or set "
+                             "speculative_method")
+        return value
+
+    @field_validator("speculative_draft_model", mode="after")
+    @classmethod
+    def _draft_model_for_its_method(cls, value: str | None, info: ValidationInfo) -> str | None:
+        method = (info.data or {}).get("speculative_method")
+        if value is None and method == "draft_model":
+            raise ValueError("speculative_method draft_model needs the draft: give speculative_draft_model (a model "
+                             "preset or a config.json path)")
+        if value is not None and method != "draft_model":
+            raise ValueError(f"applies with speculative_method: draft_model, not {method}; remove "
+                             "speculative_draft_model or set speculative_method: draft_model")
+        return value
+
+    @field_validator("speculative_draft_layers", "speculative_draft_fc_inputs", mode="after")
+    @classmethod
+    def _head_shape_for_a_head(cls, value: Any, info: ValidationInfo) -> Any:
+        """The head's shape applies to a drafter of the target's layers (eagle, eagle3, mtp); the fc
+        inputs to any drafter; away from their defaults only."""
+        name = info.field_name or ""
+        method = (info.data or {}).get("speculative_method")
+        heads = ("eagle", "eagle3", "mtp") if name == "speculative_draft_layers" else \
+            ("draft_model", "eagle", "eagle3", "mtp")
+        if value != cls.model_fields[name].default and method not in heads:
+            raise ValueError(f"applies with speculative_method {' / '.join(heads)}, not {method}; remove {name}")
         return value
 
     @classmethod

@@ -50,6 +50,7 @@ from .sglang_pool import (
     mamba_slots,
     state_slot_bytes,
 )
+from .speculative import Draft, DraftPool, build_draft, refuse_unmodelled
 
 _COMPUTE_DTYPE = {"int8": "int8", "fp8": "fp8", "fp16": "fp16"}  # W8A8 / FP8 GEMMs; others run in bf16
 _FIT_FIX = "raise tp or ep, use weight_dtype int8/fp8, lower workspace_bytes, or pick a larger device"
@@ -165,6 +166,13 @@ class StepCost:
         self.pp = layout.pp
         self.stage_share = math.ceil(model.num_layers / self.pp) / model.num_layers if self.pp > 1 else 1.0
         self.pipeline_factor = self.pp * self.stage_share
+        # speculative decoding's drafter (params.speculative_method; llm/speculative.py), None without it
+        self.draft: Draft | None = None
+        if params.speculative_method is not None:
+            refuse_unmodelled(model, layout, params, layout_field)
+            self.draft = build_draft(model, layout, params, linear_rate=_linear_rate(device, layout, params, layout_field),
+                                     attn_rate=device.peak("bf16") * params.attention_compute_efficiency,
+                                     layout_field=layout_field)
         self._place_memory(model, device, layout, params, layout_field)
         self._set_rates(model, device, layout, params, layout_field)
         self._comm_cache: dict[float, float] = {}
@@ -200,12 +208,16 @@ class StepCost:
                                          * model.head_dim * model.sliding_window * kvbytes * share)
         hbm = device.hbm_bytes * layout.gpu_memory_utilization
         self.kv_free_bytes_dev = hbm - self.weight_bytes_dev - params.workspace_bytes
+        if self.draft is not None:   # the drafter's weights beside the target's
+            self.kv_free_bytes_dev -= self.draft.resident_bytes
         # The engine's KV memory (params.kv_pool): vLLM's one pool of pages (kv_pool.py), a running
         # sequence drawing its tokens' pages and, beside them, its windows' and states'
         # (seq_pool_bytes_dev); or SGLang's token, SWA and state pools (sglang_pool.py).
         # (full attention caches its tokens alike in either: the pool kind is not read, so the engines set it whatever the model)
         builder = KV_POOLS[params.kv_pool] if _paged(model, params) else _vllm_pool
         kv_pool = builder(model, layout, params, kvbytes, share, self.kv_free_bytes_dev, layout_field)
+        if self.draft is not None:   # the drafter's cache a token beside the target's (a full-attention target)
+            kv_pool = DraftPool(kv_pool, self.draft.kv_bytes_per_token)
         self.kv_bytes_per_token_dev = kv_pool.token_bytes   # what a token draws from the pool (padding included)
         # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp), read
         # and written once per decode step of the sequence.
@@ -221,7 +233,7 @@ class StepCost:
         self.max_running = (layout.max_num_seqs if max_seqs is None else min(layout.max_num_seqs, max_seqs)) * ep
 
     def _refuse_unfit(self, model: ModelSpec, device: Any, layout: RolloutLayout, params: InferenceParams,
-                      kv_pool: KvPool | SglangPool, hbm: float, layout_field: str) -> None:
+                      kv_pool: KvPool | SglangPool | DraftPool, hbm: float, layout_field: str) -> None:
         """RlsimError when the weights (and SGLang's state slots) leave no room for the KV cache."""
         if (self.kv_free_bytes_dev > max(self.kv_bytes_per_token_dev, 0.0) and self.kv_free_bytes_dev > 0
                 and kv_pool.max_seqs != 0 and kv_pool.capacity_tokens >= 1):
@@ -243,16 +255,7 @@ class StepCost:
         share, ep = self.stage_share, layout.ep
         gemm_eff = params.gemm_efficiency or device.gemm_efficiency
         self.bw = device.hbm_bw_Bps * (params.hbm_efficiency or device.hbm_efficiency)
-        cdtype = _COMPUTE_DTYPE.get(layout.weight_dtype, "bf16")
-        try:
-            linear_rate = device.peak(cdtype) * gemm_eff
-        except RlsimError:
-            # the workload's dtype (a preset's, often) meets the topology's device: say which gave what
-            dtype_field = f"{layout_field}.weight_dtype"
-            raise RlsimError(f"the workload's {dtype_field}: {layout.weight_dtype} needs an {cdtype} peak, which "
-                             f"the topology's device {device.name} has not", field=dtype_field,
-                             fix=f"set {dtype_field}: bf16 (--set {dtype_field}=bf16), or a device with {cdtype} "
-                                 "support", related=("topology.device",)) from None
+        linear_rate = _linear_rate(device, layout, params, layout_field)
         bf16_rate = device.peak("bf16")
         # FLOPs per device: everything splits over tp * ep under an even spread of sequences; a
         # stage computes its share of the layers for every sequence once a step.
@@ -286,6 +289,23 @@ class StepCost:
         self.eager_launch_s = launch_s * launches
         # the GPU's gaps between an eager step's kernels (InferenceParams.eager_kernel_gap_s)
         self.eager_gap_s = max(params.cuda_graph_replay_s, params.eager_kernel_gap_s * launches)
+        self.launch_s = launch_s
+        # the decode lines' seconds a context token (compute, memory): with speculation a step's / E
+        self.decode_ctx_compute_s, self.decode_ctx_memory_s = self.decode_attn_s_per_ctx, self.kv_s_per_token
+        if self.draft is not None:
+            self._set_draft_rates(model, device, params, gemm_eff)
+
+    def _set_draft_rates(self, model: ModelSpec, device: Any, params: InferenceParams, gemm_eff: float) -> None:
+        """The speculative step's rates a context token (verification's k + 1 queries and the draft
+        forwards' E + k - 1 a sequence attend to it; the target's KV read once, the draft's each of
+        its k forwards), a token unit's share (/ E), and the draft's prefill rates."""
+        d = self.draft
+        assert d is not None
+        self.draft_kv_s_per_token = d.kv_bytes_per_token / self.layout.ep / self.bw
+        self.decode_ctx_compute_s = (d.verified * self.decode_attn_s_per_ctx + d.draft_tokens * d.attn_s_per_ctx) / d.tokens
+        self.decode_ctx_memory_s = (self.kv_s_per_token + d.k * self.draft_kv_s_per_token) / d.tokens
+        self.draft_prefill_s_per_pair = (d.model.attention_flops_per_context_token() / self.devices
+                                         / (device.peak("bf16") * gemm_eff))
 
     # -- pieces that depend on the number of tokens in the step ---------------------------------
     def weight_read_s(self, tokens: float) -> float:
@@ -491,12 +511,67 @@ class StepCost:
         if per_n is None and n < len(self._per_n_table) and not math.isnan(self._per_n_table[n, 0]):
             per_n = self._lines_cache[n] = tuple(self._per_n_table[n].tolist())   # per_n_rows filled it: the same
         if per_n is None:
-            added, floor = self.overhead_s(n, n)
-            per_n = (n * (self.lin_s_per_token + self.decode_per_seq_s),
-                     self.weight_read_s(n) + n * self.decode_seq_read_s, added + self.comm_s(n),
-                     self.decode_attn_s_per_ctx * n, self.kv_s_per_token * n, floor)
+            per_n = self._plain_per_n(n) if self.draft is None else self._speculative_per_n(n)
             self._lines_cache[n] = per_n
         return per_n
+
+    def _plain_per_n(self, n: int) -> tuple[float, float, float, float, float, float]:
+        """A decode step of n sequences, one token each: (matmul seconds, weights and state read,
+        overhead and links, attention slope, KV-read slope, CPU floor)."""
+        added, floor = self.overhead_s(n, n)
+        return (n * (self.lin_s_per_token + self.decode_per_seq_s),
+                self.weight_read_s(n) + n * self.decode_seq_read_s, added + self.comm_s(n),
+                self.decode_attn_s_per_ctx * n, self.kv_s_per_token * n, floor)
+
+    def _speculative_per_n(self, n: int) -> tuple[float, float, float, float, float, float]:
+        """_plain_per_n's row of a token unit with speculation: 1/E of a step in which the target
+        verifies k + 1 positions a sequence (its weights and state read once; its matmuls, links and
+        graph sized by (k + 1) n tokens) after k draft forwards (the first over the E n tokens the last
+        step accepted, the others over n; each reads the draft's weights and replays its graph). The
+        step's roofline is taken over the whole step, draft and verification, as over a plain step's
+        kernels."""
+        d = self.draft
+        assert d is not None
+        width = d.verified * n
+        added, floor = self.overhead_s(width, n)
+        forwards = [d.tokens * n] + [float(n)] * (d.k - 1)
+        graphs = self.uses_graphs(n)
+        gap = self.params.cuda_graph_replay_s if graphs else max(self.params.cuda_graph_replay_s,
+                                                                 self.params.eager_kernel_gap_s * d.launches)
+        if floor > 0.0 and not graphs:   # the CPU launches the draft's kernels too
+            floor += d.k * self.launch_s * d.launches
+        draft_read = sum(self._draft_read_s(tokens) for tokens in forwards)
+        draft_links = sum(self._draft_comm_s(tokens) for tokens in forwards) + d.k * gap
+        E = d.tokens
+        return ((width * (self.lin_s_per_token + self.decode_per_seq_s) + d.draft_tokens * n * d.lin_s_per_token) / E,
+                (self.weight_read_s(width) + n * self.decode_seq_read_s + draft_read) / E,
+                (added + self.comm_s(width) + draft_links) / E,
+                self.decode_ctx_compute_s * n, self.decode_ctx_memory_s * n, floor / E)
+
+    def _draft_read_s(self, tokens: float) -> float:
+        """The drafter's weights a forward of ``tokens`` tokens streams (the experts some token picked)."""
+        d = self.draft
+        assert d is not None
+        touched = 1.0 - (1.0 - d.route_p) ** tokens if d.route_p else 0.0
+        return (d.dense_bytes + d.expert_bytes * touched) / self.bw
+
+    def _draft_comm_s(self, tokens: float) -> float:
+        """The drafter's TP all-reduces and EP all-to-alls a forward of ``tokens`` tokens (comm_s's, on
+        its layers)."""
+        d = self.draft
+        assert d is not None
+        m, lay, p = d.model, self.layout, self.params
+        total = 0.0
+        if lay.tp > 1:
+            ranks = self.ranks[: lay.tp] if self.ranks is not None else None
+            total += (m.tp_reductions_per_layer * m.num_layers
+                      * self._collective("all_reduce", lay.tp, ranks, tokens / lay.ep * m.hidden * p.activation_bytes))
+        if lay.ep > 1 and m.is_moe:
+            stage = self.ranks[: self.devices] if self.ranks is not None else None
+            per_rank = tokens / self.devices * m.experts_per_token * m.hidden
+            total += m.num_moe_layers * (self._collective("all_to_all", self.devices, stage, per_rank * p.dispatch_bytes)
+                                         + self._collective("all_to_all", self.devices, stage, per_rank * p.activation_bytes))
+        return total
 
     def per_n_rows(self, n: np.ndarray) -> np.ndarray:
         """_per_n's rows for an array of running counts (n >= 1), from one table filled as asked."""
@@ -513,7 +588,9 @@ class StepCost:
 
     def _per_n_many(self, n: np.ndarray) -> np.ndarray:
         """_per_n's rows for an array of distinct running counts, bit-identical (the same
-        operations, overhead_s's cases element by element)."""
+        operations, overhead_s's cases element by element; with speculation _per_n's own, row by row)."""
+        if self.draft is not None:
+            return np.array([self._speculative_per_n(count) for count in n.tolist()], float).reshape(len(n), 6)
         added, floor = self.overhead_many_s(n, n)
         return np.stack([n * (self.lin_s_per_token + self.decode_per_seq_s),
                          self.weight_read_many_s(n) + n * self.decode_seq_read_s, added + self.comm_many_s(n),
@@ -521,9 +598,17 @@ class StepCost:
 
     def decode_lines(self, n: int, k0: float) -> tuple[float, float, float, float, float]:
         """Step j (0-based) of n sequences starting at total context k0 costs
-        max(f, max(c0 + c1 j, m0 + m1 j) + e), f = decode_floor_s(n). Returns (c0, c1, m0, m1, e)."""
+        max(f, max(c0 + c1 j, m0 + m1 j) + e), f = decode_floor_s(n). Returns (c0, c1, m0, m1, e).
+        A step is a token a sequence: with speculation, 1/E of a verification step (the engine
+        counts a step's E tokens one by one, its context growing a token a sequence each)."""
         lin, weights, e, c1, m1, _ = self._per_n(n)
-        return (lin + self.decode_attn_s_per_ctx * k0, c1, weights + self.kv_s_per_token * k0, m1, e)
+        return (lin + self.decode_ctx_compute_s * k0, c1, weights + self.decode_ctx_memory_s * k0, m1, e)
+
+    def verify_step_s(self, n: int, context_tokens: float) -> float:
+        """A whole speculative step (k draft forwards and the verification) of n sequences holding
+        ``context_tokens`` in all: E token units' cost at that context; a decode step without speculation."""
+        tokens = self.draft.tokens if self.draft is not None else 1.0
+        return self.decode_step_s(n, context_tokens) * tokens
 
     def decode_floor_s(self, n: int) -> float:
         """The CPU floor of a decode step of n sequences (0 for a sync engine with CUDA graphs)."""
@@ -537,14 +622,22 @@ class StepCost:
         """`steps` chunked-prefill steps, each one decode token of n sequences (total context k0 at
         the first, growing by n) and 1/steps of a prefill of `tokens` tokens, `pairs` attention
         pairs, `seqs` sequences: the decode lines with the chunk's work on their intercepts."""
-        c0, c1, m0, m1, _ = self.decode_lines(n, k0)
+        if self.draft is None:
+            c0, c1, m0, m1, _ = self.decode_lines(n, k0)
+        else:   # the riders of a prefill chunk decode a token each, without drafts (a limit)
+            lin, weights, _, c1, m1, _ = self._plain_per_n(n)
+            c0, m0 = lin + self.decode_attn_s_per_ctx * k0, weights + self.kv_s_per_token * k0
         chunk = tokens / steps
         width = n + chunk
         c0 += (chunk * (self.lin_s_per_token + self.prefill_ssm_s_per_token)
                + self.windowed_pairs(chunk, pairs / steps) * self.prefill_attn_s_per_pair)
         m0 += self.weight_read_s(width) - self.weight_read_s(n) + chunk * self.kv_s_per_token
         added, floor = self.overhead_s(width, n + seqs / steps)
-        return series_time_s((c0, c1, m0, m1, added + self.comm_s(width)), steps, floor)
+        links = self.comm_s(width)
+        if self.draft is not None:   # and the drafter's pass over the chunk
+            c0, m0, links = self._with_draft_prefill(chunk, pairs / steps, (c0, m0, links), self._draft_read_s(chunk),
+                                                     self._draft_comm_s(chunk))
+        return series_time_s((c0, c1, m0, m1, added + links), steps, floor)
 
     def prefill_many_s(self, tokens: np.ndarray, attention_pairs: np.ndarray, seqs: np.ndarray) -> np.ndarray:
         """prefill_s over arrays (integer tokens and sequences), bit-identical to it: the same
@@ -555,6 +648,11 @@ class StepCost:
                    + self.windowed_pairs(tokens, attention_pairs) * self.prefill_attn_s_per_pair)
         memory = self.weight_read_many_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / self.layout.ep / 2
         comm = self.comm_many_s(tokens)
+        if self.draft is not None:
+            read = np.array([self._draft_read_s(x) for x in tokens.tolist()], float)
+            links = np.array([self._draft_comm_s(x) for x in tokens.tolist()], float)
+            compute, memory, comm = self._with_draft_prefill(tokens, attention_pairs, (compute, memory, comm),
+                                                             read, links)
         added, floor = self.overhead_many_s(tokens, seqs)
         return np.maximum(floor, np.maximum(compute, memory) + added + comm)
 
@@ -572,7 +670,37 @@ class StepCost:
                    + self.windowed_pairs(tokens, attention_pairs) * self.prefill_attn_s_per_pair)
         memory = self.weight_read_s(tokens) + tokens * self.kv_s_per_token + seqs * self.state_s_per_seq / self.layout.ep / 2
         added, floor = self.overhead_s(tokens, seqs)
-        return max(floor, max(compute, memory) + added + self.comm_s(tokens))
+        comm = self.comm_s(tokens)
+        if self.draft is not None:
+            compute, memory, comm = self._with_draft_prefill(tokens, attention_pairs, (compute, memory, comm),
+                                                             self._draft_read_s(tokens), self._draft_comm_s(tokens))
+        return max(floor, max(compute, memory) + added + comm)
+
+    def _with_draft_prefill(self, tokens: Any, pairs: Any, parts: tuple[Any, Any, Any], read: Any,
+                            links: Any) -> tuple[Any, Any, Any]:
+        """A prefill's (compute, memory, links) with the drafter's pass over the same tokens (an EAGLE
+        head or MTP module fills its cache from the prompt's hidden states, a draft model prefills the
+        prompt): its matmuls and attention pairs, its weights (``read``) and KV writes, its links."""
+        compute, memory, comm = parts
+        d = self.draft
+        assert d is not None
+        return (compute + tokens * d.lin_s_per_token + pairs * self.draft_prefill_s_per_pair,
+                memory + read + tokens * self.draft_kv_s_per_token, comm + links)
+
+
+def _linear_rate(device: Any, layout: RolloutLayout, params: InferenceParams, layout_field: str) -> float:
+    """FLOP/s of the engine's matmuls on one device: its peak in the weights' compute dtype x the GEMM
+    efficiency; RlsimError when the device has no such peak."""
+    cdtype = _COMPUTE_DTYPE.get(layout.weight_dtype, "bf16")
+    try:
+        return device.peak(cdtype) * (params.gemm_efficiency or device.gemm_efficiency)
+    except RlsimError:
+        # the workload's dtype (a preset's, often) meets the topology's device: say which gave what
+        dtype_field = f"{layout_field}.weight_dtype"
+        raise RlsimError(f"the workload's {dtype_field}: {layout.weight_dtype} needs an {cdtype} peak, which "
+                         f"the topology's device {device.name} has not", field=dtype_field,
+                         fix=f"set {dtype_field}: bf16 (--set {dtype_field}=bf16), or a device with {cdtype} "
+                             "support", related=("topology.device",)) from None
 
 
 def _check_layout(model: ModelSpec, layout: RolloutLayout, params: InferenceParams,
@@ -1406,7 +1534,7 @@ class RolloutEngine:
         finish loop's, operation for operation, so results are bit-identical to the plain loop."""
         cost = self.cost
         lines_cache = cost._lines_cache
-        attn, kvs = cost.decode_attn_s_per_ctx, cost.kv_s_per_token
+        attn, kvs = cost.decode_ctx_compute_s, cost.decode_ctx_memory_s
         heap, state, epochs = self._heap, self._state, self._epoch
         p_of, r_of, id_of = self._p, self._r, self._id
         outbox, waiting = self._outbox, self._waiting
@@ -1679,8 +1807,8 @@ def series_times_s(cost: StepCost, n: np.ndarray, K: np.ndarray, k: np.ndarray) 
     if not every:
         n, K, k = n[live], K[live], k[live]
     lin, weights, e, c1, m1, floor = cost.per_n_rows(n).T
-    c0 = lin + cost.decode_attn_s_per_ctx * K
-    m0 = weights + cost.kv_s_per_token * K
+    c0 = lin + cost.decode_ctx_compute_s * K
+    m0 = weights + cost.decode_ctx_memory_s * K
     dc, dslope = c0 - m0, c1 - m1
     kf = k.astype(float)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

@@ -1,0 +1,179 @@
+"""Speculative decoding in the rollout engine (InferenceParams.speculative_method; docs/cost-models-inference.md,
+"Speculative decoding").
+
+A step of n running sequences drafts k = num_speculative_tokens tokens a sequence with a draft (a
+separate small model, an EAGLE head or the target's own MTP layers), then the target verifies the k + 1
+positions of each sequence in one forward: its weights read once, its GEMM and attention FLOPs x (k + 1),
+its KV read once. With an acceptance rate alpha per drafted token (i.i.d.: Leviathan et al. 2023, arXiv
+2211.17192, eq. 1) a step yields E = (1 - alpha^(k+1)) / (1 - alpha) tokens a sequence on average (k + 1
+at alpha = 1). The drafter's forwards follow vLLM V1's EagleProposer.propose (v1/spec_decode/eagle.py):
+the first over the tokens the last step accepted (E a sequence), then k - 1 of one token each, so a
+step runs k draft forwards over E + k - 1 tokens a sequence.
+
+This module holds the draft's figures per device; llm/inference.py StepCost prices the step.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RlsimError
+from ..params import InferenceParams
+from .architecture import ModelSpec, dtype_bytes, load_model
+
+# The drafter's input projection beside its layers, in units of hidden x hidden: EAGLE's fc fuses the
+# token's embedding and the target's hidden state, 2h -> h (vLLM model_executor/models/llama_eagle.py
+# `self.fc = nn.Linear(hidden_size * 2, hidden_size)`); EAGLE-3's fuses three of the target's hidden
+# states, 3h -> h (llama_eagle3.py `self.fc`, hidden_size * 3); DeepSeek-V3's MTP module its eh_proj,
+# 2h -> h (deepseek_mtp.py); a separate draft model has none. InferenceParams.speculative_draft_fc_inputs
+# overrides it.
+DRAFT_FC_INPUTS = {"eagle": 2, "eagle3": 3, "mtp": 2, "draft_model": 0}
+# Methods whose drafter is a head of the target's own shape, sharing its embedding and LM head (vLLM
+# EagleProposer.load_model shares them with the target; DeepSeek-V3's MTP module has none of its own).
+HEAD_METHODS = ("eagle", "eagle3", "mtp")
+
+
+def tokens_per_step(acceptance_rate: float, k: int) -> float:
+    """E = (1 - alpha^(k+1)) / (1 - alpha): the expected tokens a verification step yields a sequence
+    (its accepted drafts and the target's own next token), k + 1 at alpha = 1 (arXiv 2211.17192 eq. 1)."""
+    if k < 1:
+        return 1.0
+    if acceptance_rate >= 1.0:
+        return float(k + 1)
+    return (1.0 - acceptance_rate ** (k + 1)) / (1.0 - acceptance_rate)
+
+
+def inference_field(layout_field: str) -> str:
+    """The dotted key of the engine constants beside a layout's key (workload.rollout_layout ->
+    workload.inference)."""
+    prefix = layout_field.rpartition(".")[0]
+    return f"{prefix}.inference" if prefix else "inference"
+
+
+def draft_model(model: ModelSpec, params: InferenceParams, field: str) -> ModelSpec:
+    """The drafter as a model: the named draft model, or ``speculative_draft_layers`` layers of the
+    target's own shape (an EAGLE head, the MTP module: attention and FFN / MoE as the target's), with
+    the target's embedding and LM head (shared: not held twice, ``draft_resident_params``)."""
+    if params.speculative_method == "draft_model":
+        return load_model(params.speculative_draft_model or "", field=f"{field}.speculative_draft_model")
+    return dataclasses.replace(model, name=f"{model.name} {params.speculative_method} head",
+                               num_layers=params.speculative_draft_layers, first_k_dense=0, dense_layers=(),
+                               adapter_rank=0, adapter_targets=(), value_head=False)
+
+
+def refuse_unmodelled(model: ModelSpec, layout: Any, params: InferenceParams, layout_field: str) -> None:
+    """RlsimError where speculation meets what the model does not price: pipeline stages, and a target
+    whose KV pool has pages beside its tokens (sliding-window, Mamba or linear-attention layers)."""
+    field = f"{inference_field(layout_field)}.speculative_method"
+    if layout.pp > 1:
+        raise RlsimError("speculative decoding with pipeline stages is not modelled", field=field,
+                         fix=f"give {layout_field}.pp 1, or remove {field}")
+    if model.num_sliding_layers or model.is_hybrid or model.num_linear_layers:
+        raise RlsimError(f"speculative decoding on {model.name}, a model with sliding-window, Mamba or linear-attention "
+                         "layers, is not modelled (the draft's pages beside its pool's groups)", field=field,
+                         fix=f"remove {field}, or use a model of full attention")
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One device's share of the drafter and a speculative step's shape.
+
+    ``k`` drafted tokens a sequence; ``verified`` = k + 1 positions the target scores a sequence;
+    ``tokens`` E, the expected tokens a step yields a sequence; ``draft_tokens`` = E + k - 1, the
+    tokens the k draft forwards take a sequence. Bytes and seconds are per device: ``resident_bytes``
+    the drafter's weights the engine holds beside the target's; ``dense_bytes`` / ``expert_bytes``
+    what a draft forward streams (its layers, fc and the LM head; the experts its tokens touch,
+    ``route_p`` a token a device's expert); ``kv_bytes_per_token`` its cache a context token;
+    ``lin_s_per_token`` its matmuls a token; ``attn_s_per_ctx`` its attention a (query, context token)
+    pair; ``launches`` an eager forward's kernel launches."""
+
+    model: ModelSpec
+    k: int
+    verified: int
+    tokens: float
+    draft_tokens: float
+    resident_bytes: float
+    dense_bytes: float
+    expert_bytes: float
+    route_p: float
+    kv_bytes_per_token: float
+    lin_s_per_token: float
+    attn_s_per_ctx: float
+    launches: float
+
+
+def build_draft(model: ModelSpec, layout: Any, params: InferenceParams, *, linear_rate: float, attn_rate: float,
+                layout_field: str) -> Draft | None:
+    """The drafter on one device of ``layout`` (tp x ep devices, one stage), None without speculation.
+    Its weights as the target's: the non-expert part over tp, routed experts over tp x ep, in
+    ``weight_dtype``; its KV heads over tp (replicated beyond them), in ``kv_dtype``."""
+    if params.speculative_method is None or params.num_speculative_tokens < 1:
+        return None
+    field = inference_field(layout_field)
+    draft = draft_model(model, params, field)
+    tp, ep = layout.tp, layout.ep
+    wbytes = dtype_bytes(layout.weight_dtype, f"{layout_field}.weight_dtype")
+    kvbytes = dtype_bytes(layout.kv_dtype, f"{layout_field}.kv_dtype")
+    fc_inputs = (DRAFT_FC_INPUTS[params.speculative_method] if params.speculative_draft_fc_inputs is None
+                 else params.speculative_draft_fc_inputs)
+    fc = fc_inputs * draft.hidden * draft.hidden
+    head = params.speculative_method in HEAD_METHODS
+    # held: a head shares the target's embedding and LM head; a draft model holds its own
+    shared = draft.params_embedding + draft.params_lm_head if head else 0
+    experts = draft.params_routed_experts
+    dense = draft.params_total - experts
+    resident = ((dense - shared + fc) / tp + experts / (tp * ep)) * wbytes
+    # streamed a forward: all but the lookup tables (a step gathers a row a token; a tied head reads it)
+    lookup_only = draft.params_embedding - (draft.vocab * draft.hidden if draft.tied_head else 0)
+    kv_elems = (draft.kv_elems_per_token() if draft.is_mla
+                else 2 * draft.num_attention_layers * max(draft.num_kv_heads // tp, 1) * draft.head_dim)
+    k = params.num_speculative_tokens
+    tokens = tokens_per_step(float(params.speculative_acceptance_rate or 0.0), k)
+    launches = (params.launches_per_step + params.launches_per_layer * draft.num_layers
+                + params.launches_per_moe_layer * draft.num_moe_layers)
+    return Draft(model=draft, k=k, verified=k + 1, tokens=tokens, draft_tokens=tokens + k - 1,
+                 resident_bytes=resident, dense_bytes=(dense - lookup_only + fc) * wbytes / tp,
+                 expert_bytes=experts * wbytes / (tp * ep),
+                 route_p=draft.experts_per_token / draft.num_experts if draft.is_moe else 0.0,
+                 kv_bytes_per_token=kv_elems * kvbytes,
+                 lin_s_per_token=2.0 * (draft.params_compute + fc) / (tp * ep) / linear_rate,
+                 attn_s_per_ctx=(draft.attention_flops_per_context_token(absorb_mla=params.absorb_mla)
+                                 / (tp * ep) / attn_rate),
+                 launches=launches)
+
+
+@dataclass(frozen=True)
+class DraftPool:
+    """A full-attention target's KV pool (``base``: vLLM's or SGLang's, alike for full attention) with
+    the drafter's cache beside it: each context token draws the target's KV and the draft's (vLLM V1
+    gives the draft's attention layers pages in the same KV cache config as the target's,
+    v1/worker/gpu_model_runner.py get_kv_cache_spec over every attention layer), so the pool holds
+    free bytes // (both) tokens."""
+
+    base: Any
+    draft_token_bytes: float
+
+    @property
+    def token_bytes(self) -> float:
+        return self.base.token_bytes + self.draft_token_bytes
+
+    @property
+    def state_bytes(self) -> float:
+        return self.base.state_bytes
+
+    @property
+    def seq_bytes(self) -> float:
+        return self.base.seq_bytes
+
+    @property
+    def seq_tokens(self) -> int:
+        return self.base.seq_tokens
+
+    @property
+    def max_seqs(self) -> int | None:
+        return self.base.max_seqs
+
+    @property
+    def capacity_tokens(self) -> int:
+        return int(self.base.free_bytes // self.token_bytes)
