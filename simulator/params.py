@@ -1122,7 +1122,7 @@ class InferenceParams(StrictModel):
     speculative_method: Literal["draft_model", "eagle", "eagle3", "mtp"] | None = None
     # Tokens drafted a sequence and step (vLLM num_speculative_tokens, SGLang --speculative-num-steps):
     # the target verifies this many + 1 positions a sequence in one forward.
-    num_speculative_tokens: int = Field(0, ge=0)
+    num_speculative_tokens: int = Field(0, ge=0, validate_default=True)
     # The chance that the target accepts a drafted token, each drawn independently (Leviathan et al.
     # 2023, arXiv 2211.17192: E = (1 - a^(k+1)) / (1 - a) tokens a step). It depends on the draft, the
     # data and the sampling temperature, so it has no default: required with speculative_method (measure

@@ -1,0 +1,228 @@
+"""Speculative decoding in the rollout engine (llm/speculative.py, StepCost's speculative lines):
+closed forms against the step's parts, the off switch, memory, errors, and token conservation."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import RlsimError
+from simulator.hardware.devices import get_device
+from simulator.llm import inference
+from simulator.llm.architecture import load_model
+from simulator.llm.inference import InferenceParams, RolloutEngine, RolloutLayout, StepCost, simulate_rollout
+from simulator.llm.speculative import tokens_per_step
+
+QWEN = load_model("qwen2.5-7b")
+DRAFT = load_model("qwen2.5-0.5b")
+H100 = get_device("h100")
+
+
+def _spec(alpha: float = 0.7, k: int = 3, method: str = "eagle", **extra) -> InferenceParams:
+    if method == "draft_model":
+        extra.setdefault("speculative_draft_model", "qwen2.5-0.5b")
+    return InferenceParams(speculative_method=method, num_speculative_tokens=k, speculative_acceptance_rate=alpha,
+                           **extra)
+
+
+def _verify_step_by_hand(cost: StepCost, n: int, context: float) -> float:
+    """One speculative step of n sequences holding `context` tokens, from the step's parts (a dense
+    model on one device, CUDA graphs): k draft forwards then the target's verification of k + 1
+    positions a sequence, one roofline over both."""
+    d = cost.draft
+    width = d.verified * n
+    added, floor = cost.overhead_s(width, n)
+    compute = (width * cost.lin_s_per_token + d.draft_tokens * n * d.lin_s_per_token
+               + (d.verified * cost.decode_attn_s_per_ctx + d.draft_tokens * d.attn_s_per_ctx) * context)
+    memory = (cost.weight_read_s(width) + d.k * d.dense_bytes / cost.bw
+              + (cost.kv_s_per_token + d.k * d.kv_bytes_per_token / cost.bw) * context)
+    links = added + cost.comm_s(width) + d.k * cost.params.cuda_graph_replay_s
+    return max(floor, max(compute, memory) + links)
+
+
+# ---- the accepted tokens ---------------------------------------------------------------------------
+@pytest.mark.parametrize("alpha, k", [(0.0, 3), (0.5, 1), (0.5, 3), (0.8, 5), (1.0, 4)])
+def test_tokens_a_step_are_the_geometric_sum(alpha, k):
+    # E = sum_{i=0}^{k} alpha^i (Leviathan et al. eq. 1), k + 1 when every draft is accepted
+    assert tokens_per_step(alpha, k) == pytest.approx(sum(alpha ** i for i in range(k + 1)), rel=1e-12)
+
+
+# ---- closed forms ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["eagle", "eagle3", "mtp", "draft_model"])
+@pytest.mark.parametrize("n, context", [(1, 100), (16, 16 * 2000), (512, 512 * 300)])
+def test_a_step_is_the_drafts_and_the_verification(method, n, context):
+    cost = StepCost(QWEN, H100, RolloutLayout(max_num_seqs=1024), _spec(method=method))
+    assert cost.verify_step_s(n, context) == pytest.approx(_verify_step_by_hand(cost, n, context), rel=1e-12)
+    # a token unit is 1/E of it
+    assert cost.decode_step_s(n, context) * cost.draft.tokens == pytest.approx(cost.verify_step_s(n, context), rel=1e-12)
+
+
+@pytest.mark.parametrize("prompt, response", [(100, 50), (2000, 1000)])
+def test_one_sequence_takes_its_tokens_over_e_steps(prompt, response):
+    """One sequence: its prefill (the draft's pass included), then response - 1 tokens at 1/E of a
+    step each, the context growing a token a unit: (response - 1) / E steps."""
+    engine = RolloutEngine(QWEN, H100, RolloutLayout(), _spec(alpha=0.6, k=4))
+    engine.add(0, prompt, response, 0.0)
+    (done,) = engine.run()
+    cost = engine.cost
+    units = [_verify_step_by_hand(cost, 1, prompt + 1 + j) / cost.draft.tokens for j in range(response - 1)]
+    expected = cost.prefill_s(prompt, prompt * (prompt + 1) / 2) + math.fsum(units)
+    assert done.time_s == pytest.approx(expected, rel=1e-12)
+    assert engine.generated_tokens == response
+
+
+def test_equal_sequences_take_the_series_of_speculative_steps():
+    n, prompt, response = 16, 512, 300
+    engine = RolloutEngine(QWEN, H100, RolloutLayout(), _spec(alpha=0.8, k=2, method="draft_model"))
+    engine.add_many(range(n), [prompt] * n, [response] * n, 0.0)
+    done = engine.run()
+    cost = engine.cost
+    steps = [cost.verify_step_s(n, n * (prompt + 1 + j)) / cost.draft.tokens for j in range(response - 1)]
+    expected = cost.prefill_s(n * prompt, n * prompt * (prompt + 1) / 2, n) + math.fsum(steps)
+    assert all(t == pytest.approx(expected, rel=1e-12) for _, t in done)
+
+
+def test_prefill_adds_the_drafts_pass_over_the_prompt():
+    plain, spec = StepCost(QWEN, H100, RolloutLayout()), StepCost(QWEN, H100, RolloutLayout(), _spec())
+    tokens, pairs = 4096, 4096 * 4097 / 2
+    d = spec.draft
+    added, floor = plain.overhead_s(tokens, 1)
+    compute = (tokens * plain.lin_s_per_token + pairs * plain.prefill_attn_s_per_pair + tokens * d.lin_s_per_token
+               + pairs * spec.draft_prefill_s_per_pair)
+    memory = (plain.weight_read_s(tokens) + tokens * plain.kv_s_per_token + d.dense_bytes / spec.bw
+              + tokens * d.kv_bytes_per_token / spec.bw)
+    assert spec.prefill_s(tokens, pairs) == pytest.approx(max(floor, max(compute, memory) + added + plain.comm_s(tokens)),
+                                                          rel=1e-12)
+    assert spec.prefill_many_s(np.array([tokens]), np.array([pairs]), np.array([1]))[0] == spec.prefill_s(tokens, pairs)
+
+
+# ---- off is today ----------------------------------------------------------------------------------
+def test_no_speculation_is_the_plain_engine():
+    lengths = np.random.default_rng(3).integers(50, 3000, 300)
+    runs = [simulate_rollout(QWEN, H100, RolloutLayout(instances=2), np.full(300, 500), lengths, params=params)
+            for params in (None, InferenceParams(num_speculative_tokens=0), InferenceParams(speculative_method=None))]
+    for run in runs[1:]:
+        assert np.array_equal(run.finish_s, runs[0].finish_s)
+    assert StepCost(QWEN, H100, RolloutLayout()).draft is None
+
+
+# ---- what speculation buys and costs ------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["eagle", "draft_model"])
+def test_nothing_accepted_costs_more_than_no_speculation(method):
+    plain = StepCost(QWEN, H100, RolloutLayout(max_num_seqs=1024))
+    spec = StepCost(QWEN, H100, RolloutLayout(max_num_seqs=1024), _spec(alpha=0.0, method=method))
+    assert spec.draft.tokens == 1.0
+    for n in (1, 16, 256, 1024):
+        for context in (200, 4000):
+            assert spec.decode_step_s(n, n * context) > plain.decode_step_s(n, n * context)
+    lengths = np.full((32, 4), 400)
+    assert (simulate_rollout(QWEN, H100, RolloutLayout(), np.full((32, 4), 300), lengths, params=_spec(alpha=0.0)).makespan_s
+            > simulate_rollout(QWEN, H100, RolloutLayout(), np.full((32, 4), 300), lengths).makespan_s)
+
+
+def test_speed_up_falls_as_the_batch_grows_at_short_contexts():
+    """Verification's k + 1 positions a sequence make the big batches compute-bound: the gain a token
+    shrinks from the small batches (weights read once for E tokens) to below 1."""
+    layout = RolloutLayout(max_num_seqs=1024)
+    plain, spec = StepCost(QWEN, H100, layout), StepCost(QWEN, H100, layout, _spec(alpha=0.7, k=3))
+    gains = [plain.decode_step_s(n, n * 200) / spec.decode_step_s(n, n * 200) for n in (64, 128, 256, 512, 1024)]
+    assert gains == sorted(gains, reverse=True)
+    assert gains[0] > 1.5 and gains[-1] < 1.0
+
+
+def test_a_rollout_with_speculation_is_faster_where_drafts_are_accepted():
+    lengths = np.random.default_rng(0).integers(100, 4000, (16, 4))
+    plain = simulate_rollout(QWEN, H100, RolloutLayout(), np.full((16, 4), 400), lengths)
+    spec = simulate_rollout(QWEN, H100, RolloutLayout(), np.full((16, 4), 400), lengths, params=_spec(alpha=0.8))
+    assert spec.makespan_s < plain.makespan_s
+    assert spec.generated_tokens == plain.generated_tokens == lengths.sum()
+
+
+# ---- memory ----------------------------------------------------------------------------------------
+def test_an_eagle_head_is_one_target_layer_and_its_fc_beside_the_weights():
+    plain, spec = StepCost(QWEN, H100, RolloutLayout()), StepCost(QWEN, H100, RolloutLayout(), _spec())
+    h = QWEN.hidden
+    layer = QWEN.attention_params + QWEN.dense_ffn_params + QWEN.norm_params_per_layer
+    head_bytes = (layer + h + 2 * h * h) * 2   # its layer, its final norm, fc 2h -> h; bf16
+    assert spec.draft.resident_bytes == head_bytes
+    kv = plain.kv_bytes_per_token_dev + 2 * QWEN.num_kv_heads * QWEN.head_dim * 2   # one more layer's K and V
+    assert spec.kv_bytes_per_token_dev == kv
+    assert spec.kv_capacity_tokens == int((plain.kv_free_bytes_dev - head_bytes) // kv)
+
+
+def test_a_draft_model_holds_its_own_weights_and_cache():
+    plain = StepCost(QWEN, H100, RolloutLayout(tp=2))
+    spec = StepCost(QWEN, H100, RolloutLayout(tp=2), _spec(method="draft_model"))
+    assert spec.draft.resident_bytes == pytest.approx(DRAFT.params_total * 2 / 2, rel=1e-12)
+    kv = plain.kv_bytes_per_token_dev + 2 * DRAFT.num_layers * max(DRAFT.num_kv_heads // 2, 1) * DRAFT.head_dim * 2
+    assert spec.kv_bytes_per_token_dev == kv
+    assert spec.kv_capacity_tokens == int((plain.kv_free_bytes_dev - spec.draft.resident_bytes) // kv)
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("given, key", [
+    ({"speculative_method": "eagle", "num_speculative_tokens": 3}, "speculative_acceptance_rate"),
+    ({"num_speculative_tokens": 3}, "num_speculative_tokens"),
+    ({"speculative_method": "mtp", "speculative_acceptance_rate": 0.7}, "num_speculative_tokens"),
+    ({"speculative_acceptance_rate": 0.7}, "speculative_acceptance_rate"),
+    ({"speculative_method": "draft_model", "num_speculative_tokens": 3, "speculative_acceptance_rate": 0.7},
+     "speculative_draft_model"),
+    ({"speculative_method": "eagle", "num_speculative_tokens": 3, "speculative_acceptance_rate": 0.7,
+      "speculative_draft_model": "qwen2.5-0.5b"}, "speculative_draft_model"),
+    ({"speculative_method": "draft_model", "num_speculative_tokens": 3, "speculative_acceptance_rate": 0.7,
+      "speculative_draft_model": "qwen2.5-0.5b", "speculative_draft_layers": 2}, "speculative_draft_layers"),
+    ({"speculative_draft_fc_inputs": 2}, "speculative_draft_fc_inputs"),
+    ({"speculative_method": "eagle", "num_speculative_tokens": 3, "speculative_acceptance_rate": 1.5},
+     "speculative_acceptance_rate"),
+])
+def test_speculation_keys_name_themselves(given, key):
+    with pytest.raises(RlsimError) as err:
+        InferenceParams.from_mapping(given, source="s.yaml", field_name="workload.inference")
+    assert f"workload.inference.{key}" in str(err.value)
+
+
+def test_an_unknown_draft_is_named():
+    with pytest.raises(RlsimError, match="workload.inference.speculative_draft_model"):
+        StepCost(QWEN, H100, RolloutLayout(), _spec(method="draft_model", speculative_draft_model="no-such-model"),
+                 layout_field="workload.rollout_layout")
+
+
+@pytest.mark.parametrize("model, layout", [(QWEN, RolloutLayout(pp=2)), (load_model("gemma-3-27b"), RolloutLayout(tp=2))])
+def test_what_speculation_does_not_model_is_refused(model, layout):
+    with pytest.raises(RlsimError, match="workload.inference.speculative_method"):
+        StepCost(model, H100, layout, _spec(), layout_field="workload.rollout_layout")
+
+
+# ---- conservation and the engine's two paths -----------------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 400), st.integers(1, 600)), min_size=1, max_size=60),
+       st.floats(0.0, 1.0), st.integers(1, 6), st.sampled_from(["eagle", "draft_model", "mtp"]),
+       st.integers(1, 16), st.floats(0.05, 0.95))
+def test_tokens_are_conserved_and_both_paths_agree(seqs, alpha, k, method, max_seqs, cut):
+    """Every sequence finishes once with its tokens made once, across an interrupt and its resumption;
+    the array run and the event loop give the same finish times, bit for bit."""
+    prompts, responses = (list(x) for x in zip(*seqs, strict=True))
+    params, layout = _spec(alpha=alpha, k=k, method=method), RolloutLayout(max_num_seqs=max_seqs)
+    finishes = []
+    for fast in (1, 10**9):
+        old = inference.FAST_RUN_MIN_SEQUENCES
+        inference.FAST_RUN_MIN_SEQUENCES = fast
+        try:
+            engine = RolloutEngine(QWEN, H100, layout, params)
+            engine.add_many(range(len(seqs)), prompts, responses, 0.0)
+            finishes.append({f.seq_id: f.time_s for f in engine.run()})
+        finally:
+            inference.FAST_RUN_MIN_SEQUENCES = old
+        assert engine.generated_tokens == sum(responses)
+    assert finishes[0] == finishes[1]
+    engine = RolloutEngine(QWEN, H100, layout, params)
+    engine.add_many(range(len(seqs)), prompts, responses, 0.0)
+    result = engine.interrupt(cut * max(finishes[0].values()))
+    rest = RolloutEngine(QWEN, H100, layout, params)
+    if result.partial:
+        rest.add_many([s.seq_id for s in result.partial], [s.prompt_len for s in result.partial],
+                      [s.response_len for s in result.partial], 0.0, [s.generated for s in result.partial])
+    resumed = rest.run()
+    assert sorted([f.seq_id for f in result.finished] + [f.seq_id for f in resumed]) == list(range(len(seqs)))
+    assert engine.generated_tokens + rest.generated_tokens == sum(responses)
