@@ -1212,6 +1212,12 @@ class InferenceParams(StrictModel):
                                    fix="see docs/cost-models-inference.md for the fields") from None
 
 
+# InferenceParams' speculative-decoding keys: a served model (reward model, teacher) prefills and decodes
+# nothing, so it takes none of them from the rollout engine's (rl/llm_costs.py _resolve_one).
+SPECULATIVE_KEYS = ("speculative_method", "num_speculative_tokens", "speculative_acceptance_rate",
+                    "speculative_draft_model", "speculative_draft_layers", "speculative_draft_fc_inputs")
+
+
 @dataclass(frozen=True)
 class TrainSoftware:
     """A software stack: `params` for the cost model, and the layout options it always uses

@@ -65,6 +65,7 @@ from ..llm.training import (
     train_step_cost,
 )
 from ..network.collectives import CollectiveModel
+from ..params import SPECULATIVE_KEYS
 from ..scenario import Scenario
 from ..units import capacity_text
 from .costs import RolloutOutcome, StageCost, SwitchCost
@@ -420,6 +421,19 @@ def turn_law_of(spec: Any) -> TurnLaw | None:
         return None
     return TurnLaw(spec.max_turns, spec.mean_turns, spec.observation_tokens, spec.observation_sigma,
                    spec.tool_latency_s, spec.tool_latency_sigma, spec.lockstep, spec.max_turn_tokens)
+
+
+def _without_speculation(params: InferenceParams, given: Mapping[str, Any], prefix: str) -> InferenceParams:
+    """A served model's engine constants from the rollout engine's, without its speculative decoding:
+    a served model prefills each sample and decodes nothing, so the keys are refused in its own
+    ``inference`` and not inherited."""
+    for key in given:
+        if key in SPECULATIVE_KEYS:
+            raise RlsimError("a served model prefills each sample and decodes no token: speculative decoding does not "
+                             "apply to it", field=f"{prefix}.inference.{key}", fix=f"remove {prefix}.inference.{key}")
+    if params.speculative_method is None:
+        return params
+    return params.model_copy(update={key: InferenceParams.model_fields[key].default for key in SPECULATIVE_KEYS})
 
 
 def _bytes_per_weight(layout: RolloutLayout) -> float:
@@ -1370,7 +1384,7 @@ class LlmCosts:
     def _resolve_one(self, spec: Any, model: ModelSpec, bytes_per_logit: float, prefix: str) -> _Served:
         refuse_missing_architecture(self.scenario.workload.engine, model, self.source, f"{prefix}'s model")
         layout = RolloutLayout.from_mapping(spec.layout, source=self.source, field_name=f"{prefix}.layout")
-        params = self._engine_params
+        params = _without_speculation(self._engine_params, spec.inference, prefix)
         if spec.inference:
             try:
                 params = InferenceParams.model_validate({**params.model_dump(), **spec.inference})
