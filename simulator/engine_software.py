@@ -310,6 +310,19 @@ SGLANG_INFERENCE = {"chunked_prefill": False, "enable_prefix_caching": True, "as
                     "workspace_bytes": 0.0, "admission": "reserve", "custom_all_reduce": True,
                     "kv_pool": "sglang", "linear_attention_radix_cache": False}
 SGLANG_RUNNING_REQUESTS = 2048   # the request pool's floor (max_running_requests unset)
+
+
+def _speculates(model: Any, inference: Any) -> bool:
+    return inference.speculative_method is not None
+
+
+# SGLang turns its overlap scheduler off for EAGLE speculation (rlsim's drafters: an EAGLE head, an MTP
+# module, which SGLang runs as EAGLE, a draft model as STANDALONE), whatever it is given.
+SGLANG_SPECULATION_NO_OVERLAP = ModelForcedSetting(
+    "async_scheduling", False, _speculates,
+    "SGLang turns its overlap scheduler off for EAGLE / EAGLE3 / STANDALONE speculative decoding (server_args.py "
+    "__post_init__ in 0.4.6.post5 and 0.5.2: 'Overlap scheduler is disabled because of using eagle speculative "
+    "decoding'; 0.5.6 _handle_speculative_decoding the same unless SGLANG_ENABLE_SPEC_V2)")
 SGLANG = EngineSoftware(
     name="sglang",
     inference=SGLANG_INFERENCE,
@@ -320,7 +333,7 @@ SGLANG = EngineSoftware(
     # its srt/models/ has no Mamba nor linear-attention model (no nemotron_h.py, falcon_h1.py, qwen3_next.py),
     # nor gpt_oss.py (0.5.2 has it)
     state_layer_kinds=frozenset(), missing_model_types=frozenset({"gpt_oss"}),
-    models_read="sglang 0.4.6.post5's srt/models/",
+    models_read="sglang 0.4.6.post5's srt/models/", model_forced=(SGLANG_SPECULATION_NO_OVERLAP,),
     source="sglang 0.4.6.post5 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
            "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
            "managers/tp_worker.py max_running_requests, model_executor/model_runner.py; verl 0.5 "
@@ -385,7 +398,7 @@ SGLANG_052 = EngineSoftware(
     # srt/models/ has qwen3_next.py, not nemotron_h.py nor falcon_h1.py; its Transformers fallback
     # (models/transformers.py) calls the HF model with use_cache=False, keeping no Mamba state
     state_layer_kinds=frozenset({GATED_DELTANET}), models_read="sglang 0.5.2's srt/models/",
-    model_forced=(SGLANG_052_GDN_NO_RADIX,),
+    model_forced=(SGLANG_052_GDN_NO_RADIX, SGLANG_SPECULATION_NO_OVERLAP),
     source="sglang 0.5.2 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
            "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
            "model_executor/model_runner.py init_memory_pool; verl 0.6.0 setup (sglang==0.5.2)")
@@ -406,7 +419,7 @@ SGLANG_056 = EngineSoftware(
            _sglang_tier(160 * GIB, 16384, 512)),
     # srt/models/nemotron_h.py, qwen3_next.py
     state_layer_kinds=frozenset({MAMBA2, GATED_DELTANET}), models_read="sglang 0.5.6's srt/models/",
-    model_forced=(SGLANG_056_MAMBA2_NO_RADIX, SGLANG_056_RADIX_NO_OVERLAP),
+    model_forced=(SGLANG_056_MAMBA2_NO_RADIX, SGLANG_056_RADIX_NO_OVERLAP, SGLANG_SPECULATION_NO_OVERLAP),
     source="sglang 0.5.6 sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings, "
            "_generate_cuda_graph_batch_sizes, environ.py; verl 0.7.0 setup (sglang==0.5.6)")
 

@@ -63,9 +63,16 @@ def draft_model(model: ModelSpec, params: InferenceParams, field: str) -> ModelS
 
 
 def refuse_unmodelled(model: ModelSpec, layout: Any, params: InferenceParams, layout_field: str) -> None:
-    """RlsimError where speculation meets what the model does not price: pipeline stages, and a target
-    whose KV pool has pages beside its tokens (sliding-window, Mamba or linear-attention layers)."""
+    """RlsimError where speculation meets what an engine refuses (async scheduling) or the model does not
+    price: pipeline stages, and a target whose KV pool has pages beside its tokens (sliding-window, Mamba or
+    linear-attention layers)."""
     field = f"{inference_field(layout_field)}.speculative_method"
+    if params.async_scheduling:
+        raise RlsimError("speculative decoding with async scheduling: vLLM 0.11 refuses it (engine/arg_utils.py: "
+                         "'Currently, speculative decoding is not supported with async scheduling'), SGLang turns its "
+                         "overlap scheduler off for it (the named SGLang engines do)",
+                         field=f"{inference_field(layout_field)}.async_scheduling",
+                         fix=f"set {inference_field(layout_field)}.async_scheduling: false, or remove {field}")
     if layout.pp > 1:
         raise RlsimError("speculative decoding with pipeline stages is not modelled", field=field,
                          fix=f"give {layout_field}.pp 1, or remove {field}")

@@ -194,6 +194,12 @@ def test_what_speculation_does_not_model_is_refused(model, layout):
         StepCost(model, H100, layout, _spec(), layout_field="workload.rollout_layout")
 
 
+def test_async_scheduling_is_refused_with_speculation():
+    with pytest.raises(RlsimError) as err:
+        StepCost(QWEN, H100, RolloutLayout(), _spec(async_scheduling=True), layout_field="workload.rollout_layout")
+    assert err.value.field == "workload.inference.async_scheduling"
+
+
 # ---- conservation and the engine's two paths -----------------------------------------------------------
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 400), st.integers(1, 600)), min_size=1, max_size=60),

@@ -37,3 +37,11 @@ def test_a_teacher_inherits_no_speculation_and_refuses_it():
     with pytest.raises(RlsimError) as err:
         _run(*TEACHER, "workload.distillation.inference.num_speculative_tokens=2")
     assert err.value.field == "workload.distillation.inference.num_speculative_tokens"
+
+
+def test_sglang_runs_its_drafts_without_the_overlap_scheduler():
+    run = simulator.simulate(schedule="colocated", keep_samples=False,
+                             **{**SMALL, "overrides": SMALL["overrides"] + [
+                                 "workload.engine=sglang-0.5.6", *EAGLE,
+                                 "workload.inference.speculative_acceptance_rate=0.7"]})
+    assert any("async_scheduling false" in note and "speculative" in note for note in run.summary["notes"])
