@@ -1171,7 +1171,7 @@ class InferenceParams(StrictModel):
             raise ValueError(f"speculative_method {method} needs the rate at which the target accepts a drafted "
                              "token, which depends on the draft, the data and the sampling temperature: give "
                              "speculative_acceptance_rate (0 to 1; measured, e.g. vLLM's spec_decode acceptance "
-                             "metrics: a mean accepted length of A tokens a step solves (1 - a^(k+1)) / (1 - a) = A)")
+                             "metrics: a measured mean of L tokens a step gives it, (1 - a^(k+1)) / (1 - a) = L)")
         if value is not None and method is None:
             raise ValueError("applies with speculative_method; remove speculative_acceptance_rate or set "
                              "speculative_method")

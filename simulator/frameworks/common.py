@@ -53,6 +53,70 @@ MULTI_TURN_NOTE = ("multi-turn: the tools' seconds and their answers' tokens are
                    "_sigma for their spread, mean_turns for turns under the cap)")
 
 
+# vLLM's speculative_config methods rlsim prices -> workload.inference.speculative_method (vLLM 0.11
+# config/speculative.py: SpeculativeMethod; the per-model MTP names of MTP_MODEL_TYPES it maps to mtp).
+# draft_model: vLLM 0.11's V1 engine refuses it (engine/arg_utils.py); ngram, medusa, mlp_speculator:
+# not modelled.
+VLLM_SPECULATIVE_METHODS = {"eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp", "deepseek_mtp": "mtp",
+                            "mimo_mtp": "mtp", "glm4_moe_mtp": "mtp", "ernie_mtp": "mtp", "qwen3_next_mtp": "mtp",
+                            "longcat_flash_mtp": "mtp"}
+# The speculative_config keys the import reads: what drafts, how many tokens, the draft's checkpoint (an
+# EAGLE head's or the MTP weights: priced as the method's head of the target's shape) and its TP.
+VLLM_SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "model", "draft_tensor_parallel_size")
+SPECULATION_NOTE = ("speculative decoding: the rate at which the target accepts a drafted token is in no framework "
+                    "config (it depends on the draft, the data and the sampling temperature): give --set "
+                    "workload.inference.speculative_acceptance_rate=A (from a measured mean of L tokens a step: "
+                    "(1 - A^(k+1)) / (1 - A) = L); the run refuses to start without it")
+
+
+def vllm_speculation(config: Mapping[str, Any], key: str, source: str, tp: int | None = None) -> dict[str, Any]:
+    """vLLM's speculative_config (a mapping, given at ``key``) -> workload.inference's speculative keys:
+    the method and num_speculative_tokens (the acceptance rate is left to the user: SPECULATION_NOTE).
+    RlsimError, naming the key, for a method rlsim does not price, one left to vLLM's guess from the
+    draft's name, a draft depth left to the draft's config, or a draft on other TP ranks than the target."""
+    method = config.get("method")
+    if method is None:
+        raise RlsimError("a speculative_config without a method: vLLM guesses it from the draft's name and config, "
+                         "which rlsim does not read", source=source, field=f"{key}.method",
+                         fix=f"give {key}.method: eagle, eagle3 or mtp")
+    if method not in VLLM_SPECULATIVE_METHODS:
+        why = ("vLLM 0.11's V1 engine refuses it (engine/arg_utils.py: 'Draft model speculative decoding is not "
+               "supported yet')" if method == "draft_model" else "it is not modelled")
+        raise RlsimError(f"speculative method {method!r}: {why}", source=source, field=f"{key}.method",
+                         fix="use eagle, eagle3 or mtp; a draft model's cost: --set "
+                             "workload.inference.speculative_method=draft_model with speculative_draft_model")
+    if config.get("num_speculative_tokens") is None:
+        raise RlsimError("a speculative_config without num_speculative_tokens: vLLM takes it from the draft's "
+                         "config, which rlsim does not read", source=source, field=f"{key}.num_speculative_tokens",
+                         fix=f"give {key}.num_speculative_tokens=K")
+    draft_tp = config.get("draft_tensor_parallel_size")
+    if draft_tp is not None and tp is not None and draft_tp != tp:
+        raise RlsimError(f"a draft on {draft_tp} TP ranks beside a target on {tp} is not modelled (rlsim runs the "
+                         "draft on the target's ranks)", source=source, field=f"{key}.draft_tensor_parallel_size",
+                         fix=f"remove {key}.draft_tensor_parallel_size, or give {tp}")
+    return {"speculative_method": VLLM_SPECULATIVE_METHODS[method],
+            "num_speculative_tokens": positive_int(config["num_speculative_tokens"], f"{key}.num_speculative_tokens",
+                                                   source)}
+
+
+def flat_speculation(v: Values, key: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]],
+                     tp: int | None) -> bool:
+    """A vLLM speculative_config flattened under ``key`` (``key``.method, ...) onto workload.inference
+    (vllm_speculation), its read entries marked mapped and the note asking for the acceptance rate;
+    False where the config gives none."""
+    entries = {k[len(key) + 1:]: value for k, value in v.flat.items() if k.startswith(key + ".")}
+    if not entries:
+        return False
+    w.setdefault("inference", {}).update(vllm_speculation(entries, key, v.result.source, tp))
+    for name in entries:
+        decided[f"{key}.{name}"] = (
+            ("mapped", "workload.inference.speculative_method / num_speculative_tokens (the draft's checkpoint: priced "
+                       "as the method's head of the target's shape)") if name in VLLM_SPECULATIVE_KEYS
+            else ("unsupported", "a speculative_config option rlsim does not read"))
+    v.result.notes.append(SPECULATION_NOTE)
+    return True
+
+
 def mapped(target: str, reason: str = "") -> Rule:
     return Rule("mapped", reason, target)
 

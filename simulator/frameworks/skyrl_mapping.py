@@ -11,10 +11,12 @@ from .common import (
     HF_FLASH_ATTENTION,
     HF_SDPA,
     MULTI_TURN_NOTE,
+    SPECULATION_NOTE,
     Status,
     Values,
     begin_workload,
     capped_length,
+    flat_speculation,
     hf_attention_compute,
     hf_train_software,
     merge_train_params,
@@ -162,6 +164,7 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
     w["engine"] = ENGINE
     v.result.notes.append(ENGINE_NOTE)
     w["inference"] = _inference(v, mode)
+    _speculation(v, w, decided)
     w["reference"] = uses_reference(v)
     w["dtype"] = "bf16" if v.flag("trainer.bf16") else "fp32"
     if v.flag("trainer.policy.fsdp_config.cpu_offload") and strategy == "fsdp":
@@ -264,6 +267,22 @@ def _rollout_layout(v: Values) -> dict[str, Any]:
         layout["pp"] = v.count(f"{ENGINE_KEY}.pipeline_parallel_size")
     layout["weight_dtype"] = layout["kv_dtype"] = v.dtype(f"{ENGINE_KEY}.model_dtype")
     return layout
+
+
+def _speculation(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """SkyRL 0.3's speculative decoding: generator.inference_engine.speculative_config, passed to vLLM as it is;
+    trainer.mtp.enabled sets it to {method: mtp, num_speculative_tokens: trainer.mtp.num_speculative_tokens}
+    where it is not given (train/utils/utils.py _apply_mtp_config), beside training the MTP heads, which is
+    not modelled (the key stays unsupported)."""
+    tp = v.count(f"{ENGINE_KEY}.tensor_parallel_size")
+    if flat_speculation(v, f"{ENGINE_KEY}.speculative_config", w, decided, tp):
+        return
+    if v.given("trainer.mtp.enabled") and v.flag("trainer.mtp.enabled"):
+        k = v.count("trainer.mtp.num_speculative_tokens") if v.given("trainer.mtp.num_speculative_tokens") else 1
+        w["inference"].update({"speculative_method": "mtp", "num_speculative_tokens": k})
+        if v.given("trainer.mtp.num_speculative_tokens"):
+            decided["trainer.mtp.num_speculative_tokens"] = ("mapped", "workload.inference.num_speculative_tokens")
+        v.result.notes.append(SPECULATION_NOTE)
 
 
 def _inference(v: Values, mode: str) -> dict[str, Any]:

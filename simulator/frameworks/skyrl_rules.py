@@ -272,8 +272,9 @@ _BATCHES: dict[str, Rule] = {
     "trainer.logprobs_chunk_size": ignored("log-probs from the logits in chunks: memory, not modelled time"),
     "trainer.fused_lm_head_logprob": unsupported("the fused LM-head log-prob kernel is not modelled", neutral=False),
     "trainer.fused_lm_head_logprob_backend": ignored("used only with fused_lm_head_logprob"),
-    "trainer.mtp.enabled": unsupported("multi-token prediction heads and speculative decoding are not modelled",
-                                       neutral=False),
+    "trainer.mtp.enabled": unsupported("training the multi-token prediction heads (the draft loss) is not modelled; "
+                                       "the rollout's MTP speculation it sets is (workload.inference."
+                                       "speculative_method mtp)", neutral=False),
     "trainer.mtp.*": ignored(_MTP),
     "trainer.update_ref_every_epoch": ignored("between epochs: rlsim step times exclude it"),
     "trainer.use_expandable_segments": ignored("allocator setting: no modelled cost"),
@@ -324,8 +325,9 @@ _ENGINE: dict[str, Rule] = {
     "generator.inference_engine.enable_pd": unsupported("prefill-decode disaggregation is not modelled",
                                                         neutral=False),
     "generator.inference_engine.num_prefill": ignored("used only with enable_pd"),
-    "generator.inference_engine.speculative_config": unsupported("speculative decoding is not modelled",
-                                                                 neutral=None),
+    "generator.inference_engine.speculative_config": mapped("workload.inference.speculative_method",
+                                                            "vLLM's speculative_config: method (eagle, eagle3, mtp) "
+                                                            "and num_speculative_tokens"),
     "generator.inference_engine.engine_init_kwargs": unsupported("engine options passed through are not read"),
     "generator.inference_engine.router_init_kwargs": unsupported("the router's options are not read: requests go "
                                                                  "to the least-loaded engine"),

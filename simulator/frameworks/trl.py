@@ -32,6 +32,7 @@ on) and num_generations to 2; its leave-one-out baseline is reward arithmetic (G
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ from .common import (
     DEFAULT_TOPOLOGY,
     DTYPES,
     HF_EAGER,
+    SPECULATION_NOTE,
+    VLLM_SPECULATIVE_KEYS,
     FrameworkImport,
     Status,
     Values,
@@ -50,10 +53,12 @@ from .common import (
     begin_workload,
     capped_length,
     classify,
+    flat_speculation,
     hf_attention_compute,
     hf_train_software,
     model_for,
     size_topology,
+    vllm_speculation,
 )
 from .deepspeed_zero import merge_train_params, zero_train_params
 from .trl_accelerate import accelerate_keys
@@ -237,6 +242,8 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
         merge_train_params(w, zero_train_params(w["train_layout"]["zero"], overlap_comm=False, optimizer_on_host=bool(
             offload.get("optimizer")) or on_host, params_on_host=on_host))
     _engine(v, w, server, processes, batches)
+    if server:
+        _server_speculation(v, w, decided)
     return w
 
 
@@ -311,6 +318,30 @@ def _forwarded_server_options(v: Values, w: dict[str, Any]) -> None:
         w["inference"]["max_num_batched_tokens"] = v.count(s + "max_num_batched_tokens")
     if v(s + "enable_chunked_prefill") is not None:
         w["inference"]["chunked_prefill"] = v.flag(s + "enable_chunked_prefill")
+
+
+def _server_speculation(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """`trl vllm-serve --speculative_config JSON` (scripts/vllm_serve.py: forwarded to `vllm serve
+    --speculative-config`) -> workload.inference's speculative keys (common.vllm_speculation): a JSON
+    string, or the object the command line's YAML reading made of it (its entries flattened)."""
+    key = "vllm_serve.speculative_config"
+    given = v.flat.get(key)
+    if given is None:
+        flat_speculation(v, key, w, decided, w["rollout_layout"]["tp"])
+        return
+    try:
+        config = json.loads(given) if isinstance(given, str) else given
+    except json.JSONDecodeError as exc:
+        raise RlsimError(f"not a JSON object: {exc}", source=v.result.source, field=key,
+                         fix=f"pass {key}='{{\"method\": \"eagle\", \"num_speculative_tokens\": 3}}'") from None
+    if not isinstance(config, Mapping):
+        raise RlsimError(f"expected a JSON object, got {given!r}", source=v.result.source, field=key,
+                         fix=f"pass {key}='{{\"method\": \"eagle\", \"num_speculative_tokens\": 3}}'")
+    w["inference"].update(vllm_speculation(config, key, v.result.source, w["rollout_layout"]["tp"]))
+    for name in config:
+        if name not in VLLM_SPECULATIVE_KEYS:
+            v.result.unsupported[f"{key}.{name}"] = "a speculative_config option rlsim does not read"
+    v.result.notes.append(SPECULATION_NOTE)
 
 
 def _served_dtype(v: Values, key: str) -> str:

@@ -273,7 +273,9 @@ _VLLM_SERVE: dict[str, Rule] = {
     f"{_S}.kv_cache_dtype": mapped("workload.rollout_layout.kv_dtype"),
     f"{_S}.dtype": mapped("workload.rollout_layout.weight_dtype"),
     f"{_S}.vllm_model_impl": unsupported("the transformers backend inside vLLM is not modelled", neutral="vllm"),
-    f"{_S}.speculative_config": unsupported("speculative decoding is not modelled", neutral=None),
+    f"{_S}.speculative_config": mapped("workload.inference.speculative_method", "vLLM's speculative_config JSON: "
+                                       "method (eagle, eagle3, mtp) and num_speculative_tokens; the acceptance rate "
+                                       "is left to --set workload.inference.speculative_acceptance_rate"),
     f"{_S}.model": ignored("the served model: the trained one"),
     **{f"{_S}.{key}": ignored(_SERVER_ADDRESS) for key in ("host", "port", "log_level")},
     **{f"{_S}.{key}": ignored("no effect on step time") for key in ("revision", "trust_remote_code",

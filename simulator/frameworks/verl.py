@@ -38,6 +38,8 @@ from .common import (
     DTYPES,
     HF_FLASH_ATTENTION,
     MULTI_TURN_NOTE,
+    SPECULATION_NOTE,
+    VLLM_SPECULATIVE_KEYS,
     FrameworkImport,
     Rule,
     Status,
@@ -62,6 +64,7 @@ from .common import (
     size_topology,
     table_status,
     unsupported,
+    vllm_speculation,
     without_inapplicable_layout_keys,
     world_divides,
 )
@@ -680,8 +683,11 @@ RULES: dict[str, Rule] = {
     f"{TEACHER}.*": ignored("the teacher's key, replica count (its pool over its engines), engine name and "
                             "loading options: no effect beyond the pool and layout mapped"),
     **{f"{A}.{part}.{feature}.{flag}": unsupported(why, neutral=False) for part, feature, flag, why in (
-        ("model", "mtp", "enable", "multi-token prediction heads are not modelled"),
-        ("rollout", "mtp", "enable", "speculative decoding with multi-token prediction is not modelled"),
+        ("model", "mtp", "enable", "multi-token prediction heads are not modelled beyond the rollout's speculation "
+                                   "(enable_rollout)"),
+        ("model", "mtp", "enable_train", "training the multi-token prediction heads is not modelled"),
+        ("rollout", "mtp", "enable", "the rollout's MTP config (model.mtp by default) is mapped with enable_rollout; "
+                                     "without it the MTP weights are loaded and not used"),
         ("actor", "qat", "enable", "quantization-aware training is not modelled"),
         ("rollout", "qat", "enable", "a quantization-aware rollout is not modelled"),
         ("rollout", "disaggregation", "enabled", "prefill / decode disaggregated serving is not modelled"))},
@@ -1628,6 +1634,7 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
             v.result.notes.append(MAX_NUM_SEQS_NOTE)
             if not v.given(f"{A}.rollout.enforce_eager"):
                 v.result.notes.append(ENFORCE_EAGER_NOTE)
+    _speculative_rollout(v, engine, w.get("engine") == SGLANG_ENGINE, decided)
     if engine:
         w["inference"] = engine
     megatron = str(v(f"{A}.actor.strategy")) == "megatron"
@@ -1638,6 +1645,84 @@ def _engine_and_offload(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
         offload["pageable"] = True
     if offload:
         w.setdefault("train_params", {})["offload"] = offload
+
+
+# verl 0.9.1's model.mtp (workers/config/model.py MtpConfig): its defaults, for the keys a config leaves out
+MTP = f"{A}.model.mtp"
+MTP_DEFAULTS = {"method": "mtp", "num_speculative_tokens": 1, "speculative_algorithm": "EAGLE",
+                "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+VLLM_SPECULATIVE_CONFIG = f"{A}.rollout.engine_kwargs.vllm.speculative_config"
+
+
+def _mtp_section(v: Values) -> str:
+    """The MTP config the rollout reads: its own rollout.mtp where the config gives it (verl 0.9.1's rollout
+    config interpolates model.mtp into it, rollout.yaml), else model.mtp."""
+    own = f"{A}.rollout.mtp"
+    return own if v.section(own) else MTP
+
+
+def _mtp_value(v: Values, name: str) -> Any:
+    value = v.flat.get(f"{_mtp_section(v)}.{name}")
+    return MTP_DEFAULTS[name] if value is None else value
+
+
+def _speculative_rollout(v: Values, engine: dict[str, Any], sglang: bool, decided: dict[str, tuple[Status, str]]) -> None:
+    """verl 0.9.1's speculative rollout -> workload.inference's speculative keys (the acceptance rate left to
+    the user: SPECULATION_NOTE). model.mtp.enable with enable_rollout: vLLM gets speculative_config {method,
+    num_speculative_tokens} under rollout.engine_kwargs.vllm.speculative_config's own entries
+    (vllm_async_server.py, utils.py build_mtp_speculative_config); SGLang EAGLE over the MTP layers with
+    speculative_num_steps drafts (async_sglang_server.py; with speculative_eagle_topk 1 SGLang verifies
+    num_steps + 1, server_args.py). Without MTP, rollout.engine_kwargs.vllm.speculative_config alone reaches
+    vLLM too (its engine_kwargs are passed whole)."""
+    src = v.result.source
+    section = _mtp_section(v)
+    mtp = all(v.given(f"{section}.{key}") and v.flag(f"{section}.{key}") for key in ("enable", "enable_rollout"))
+    if sglang:
+        if mtp:
+            engine.update(_sglang_mtp(v, decided))
+            v.result.notes.append(SPECULATION_NOTE)
+        return
+    entries = {k[len(VLLM_SPECULATIVE_CONFIG) + 1:]: value for k, value in v.flat.items()
+               if k.startswith(VLLM_SPECULATIVE_CONFIG + ".") and value is not None}
+    if not mtp and not entries:
+        return
+    config = {"method": _mtp_value(v, "method"), "num_speculative_tokens": _mtp_value(v, "num_speculative_tokens")} \
+        if mtp else {}
+    engine.update(vllm_speculation({**config, **entries}, VLLM_SPECULATIVE_CONFIG if entries else section, src,
+                                   v.count(f"{A}.rollout.tensor_model_parallel_size")))
+    reason = "workload.inference.speculative_method / num_speculative_tokens"
+    for name in entries:
+        decided[f"{VLLM_SPECULATIVE_CONFIG}.{name}"] = (("mapped", reason) if name in VLLM_SPECULATIVE_KEYS else
+                                                        ("unsupported", "a speculative_config option rlsim does not read"))
+    if mtp:
+        _mark_mtp(v, ("enable", "enable_rollout", "method", "num_speculative_tokens"), reason, decided)
+    v.result.notes.append(SPECULATION_NOTE)
+
+
+def _sglang_mtp(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """SGLang's EAGLE over the model's MTP layers: speculative_num_steps drafts a step; tree drafts
+    (speculative_eagle_topk above 1) are refused."""
+    src, section = v.result.source, _mtp_section(v)
+    algorithm = str(_mtp_value(v, "speculative_algorithm")).upper()
+    if algorithm not in ("EAGLE", "NEXTN"):   # NEXTN: SGLang's other name of EAGLE over MTP layers (server_args.py)
+        raise RlsimError(f"SGLang speculative algorithm {algorithm} over the MTP layers is not modelled", source=src,
+                         field=f"{section}.speculative_algorithm", fix=f"pass {section}.speculative_algorithm=EAGLE")
+    if _mtp_value(v, "speculative_eagle_topk") != 1:
+        raise RlsimError("SGLang's tree drafts (speculative_eagle_topk above 1) are not modelled", source=src,
+                         field=f"{section}.speculative_eagle_topk", fix=f"pass {section}.speculative_eagle_topk=1")
+    _mark_mtp(v, ("enable", "enable_rollout", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                  "speculative_num_draft_tokens"), "workload.inference.speculative_method mtp / num_speculative_tokens "
+              "(speculative_num_steps; SGLang verifies num_steps + 1 with topk 1)", decided)
+    return {"speculative_method": "mtp", "num_speculative_tokens": positive_int(
+        _mtp_value(v, "speculative_num_steps"), f"{section}.speculative_num_steps", src)}
+
+
+def _mark_mtp(v: Values, names: tuple[str, ...], reason: str, decided: dict[str, tuple[Status, str]]) -> None:
+    """The MTP keys the rollout's speculation read, mapped, in model.mtp and its rollout copy alike."""
+    for section in (MTP, f"{A}.rollout.mtp"):
+        for name in names:
+            if v.given(f"{section}.{name}"):
+                decided[f"{section}.{name}"] = ("mapped", reason)
 
 
 def _expert_tp_default(v: Values, w: dict[str, Any]) -> None:
