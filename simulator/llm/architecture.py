@@ -178,6 +178,11 @@ class ModelSpec:
     # its `score` layer; Megatron's critics a value head on the same trunk). No vocab logits, no
     # vocab loss; a tied embedding stays an input table only.
     value_head: bool = False
+    # Multi-token-prediction modules the checkpoint carries beside its layers (config.json
+    # num_nextn_predict_layers: DeepSeek-V3 1, MiMo, GLM-4.5); what speculative_method mtp drafts with
+    # (vLLM model_executor/models/deepseek_mtp.py reads them). Not part of the trained or served
+    # parameter counts here: 0 or 1 modules of a layer's size beside 61 layers.
+    mtp_layers: int = 0
     source: str = dataclasses.field(default="", compare=False)
     # The config.json model_type (its language model's, lower case; "" for a spec built by hand): what an
     # engine keys its per-architecture choices on (SGLang's hybrid SWA memory, llm/sglang_pool.py).
@@ -824,6 +829,7 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str, read: set[s
                if experts else {}),
             q_lora_rank=_int(cfg, source, "q_lora_rank", default=0) if kv_lora else 0,
             kv_lora_rank=kv_lora,
+            mtp_layers=_int(cfg, source, "num_nextn_predict_layers", default=0),
             qk_rope_dim=_int(cfg, source, "qk_rope_head_dim", default=0) if kv_lora else 0,
             qk_nope_dim=_int(cfg, source, "qk_nope_head_dim", default=0) if kv_lora else 0,
             v_head_dim=_int(cfg, source, "v_head_dim", default=0) if kv_lora else 0,

@@ -37,7 +37,7 @@ _DEEPSEEK_V3 = {
     "moe_intermediate_size": 2048, "num_attention_heads": 128, "num_key_value_heads": 128,
     "vocab_size": 129280, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
     "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
 }
 
 _QWEN2_TIED = {**_QWEN2, "tie_word_embeddings": True, "vocab_size": 151936}
@@ -138,8 +138,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                       "num_attention_heads": 128, "num_key_value_heads": 8},
     "deepseek-v3": dict(_DEEPSEEK_V3),
     "deepseek-r1": dict(_DEEPSEEK_V3),  # same architecture as V3 (deepseek-ai/DeepSeek-R1 config.json)
+    # (no MTP module: the seed articles and models.md give none, so method mtp is refused on it)
     "pangu-ultra-moe": {**_DEEPSEEK_V3, "model_type": "pangu_ultra_moe", "hidden_size": 7680,
-                        "vocab_size": 153376},
+                        "vocab_size": 153376, "num_nextn_predict_layers": 0},
     # Nemotron-H (arXiv 2504.03624 Table 1): hybrid Mamba-2 / attention.
     "nemotron-h-8b": _nemotron_h(52, 4096, 21504, 32, 8, 128, 128, 24, 4),
     "nemotron-h-56b": _nemotron_h(118, 8192, 32768, 64, 8, 256, 256, 54, 10),

@@ -76,6 +76,11 @@ def refuse_unmodelled(model: ModelSpec, layout: Any, params: InferenceParams, la
     if layout.pp > 1:
         raise RlsimError("speculative decoding with pipeline stages is not modelled", field=field,
                          fix=f"give {layout_field}.pp 1, or remove {field}")
+    if params.speculative_method == "mtp" and not model.mtp_layers:
+        raise RlsimError(f"speculative_method mtp drafts with the target's multi-token-prediction modules, and "
+                         f"{model.name} has none (its config.json num_nextn_predict_layers is 0 or absent)",
+                         field=field, fix="use eagle, eagle3 or draft_model with a drafter for it, or a model "
+                         "with MTP modules (DeepSeek-V3)")
     if model.num_sliding_layers or model.is_hybrid or model.num_linear_layers:
         raise RlsimError(f"speculative decoding on {model.name}, a model with sliding-window, Mamba or linear-attention "
                          "layers, is not modelled (the draft's pages beside its pool's groups)", field=field,

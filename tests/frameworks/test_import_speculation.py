@@ -70,10 +70,21 @@ def test_verl_speculation_it_cannot_price_is_refused_by_its_key(overrides, field
 
 
 def test_the_run_asks_for_the_acceptance_rate_by_its_key(capsys):
-    args = ["run", "--from-verl", str(VERL), f"{MTP}.enable=true", f"{MTP}.enable_rollout=true", "--iterations", "1"]
+    args = ["run", "--from-verl", str(VERL), f"+{VLLM_SPEC}={{method: eagle, num_speculative_tokens: 3, "
+            "model: org/EAGLE-head}", "--iterations", "1"]
     assert main(args) != 0
     assert "workload.inference.speculative_acceptance_rate" in capsys.readouterr().err
     assert main([*args, "--set", "workload.inference.speculative_acceptance_rate=0.7"]) == 0
+
+
+def test_the_run_refuses_mtp_on_a_checkpoint_without_mtp_modules(capsys):
+    """verl maps model.mtp to the engine's mtp drafter; Qwen2.5-7B's config.json has no
+    num_nextn_predict_layers, so the run refuses it naming the method's key."""
+    args = ["run", "--from-verl", str(VERL), f"{MTP}.enable=true", f"{MTP}.enable_rollout=true", "--iterations", "1",
+            "--set", "workload.inference.speculative_acceptance_rate=0.7"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "workload.inference.speculative_method" in err and "num_nextn_predict_layers" in err
 
 
 def test_skyrl_speculative_config_and_its_mtp_trainer():

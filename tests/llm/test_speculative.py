@@ -1,5 +1,6 @@
 """Speculative decoding in the rollout engine (llm/speculative.py, StepCost's speculative lines):
 closed forms against the step's parts, the off switch, memory, errors, and token conservation."""
+import dataclasses
 import math
 
 import numpy as np
@@ -15,6 +16,8 @@ from simulator.llm.inference import InferenceParams, RolloutEngine, RolloutLayou
 from simulator.llm.speculative import tokens_per_step
 
 QWEN = load_model("qwen2.5-7b")
+# the target as a checkpoint with one MTP module (num_nextn_predict_layers 1), which method mtp drafts with
+QWEN_MTP = dataclasses.replace(QWEN, mtp_layers=1)
 DRAFT = load_model("qwen2.5-0.5b")
 H100 = get_device("h100")
 
@@ -52,7 +55,7 @@ def test_tokens_a_step_are_the_geometric_sum(alpha, k):
 @pytest.mark.parametrize("method", ["eagle", "eagle3", "mtp", "draft_model"])
 @pytest.mark.parametrize("n, context", [(1, 100), (16, 16 * 2000), (512, 512 * 300)])
 def test_a_step_is_the_drafts_and_the_verification(method, n, context):
-    cost = StepCost(QWEN, H100, RolloutLayout(max_num_seqs=1024), _spec(method=method))
+    cost = StepCost(QWEN_MTP if method == "mtp" else QWEN, H100, RolloutLayout(max_num_seqs=1024), _spec(method=method))
     assert cost.verify_step_s(n, context) == pytest.approx(_verify_step_by_hand(cost, n, context), rel=1e-12)
     # a token unit is 1/E of it
     assert cost.decode_step_s(n, context) * cost.draft.tokens == pytest.approx(cost.verify_step_s(n, context), rel=1e-12)
@@ -194,6 +197,15 @@ def test_what_speculation_does_not_model_is_refused(model, layout):
         StepCost(model, H100, layout, _spec(), layout_field="workload.rollout_layout")
 
 
+def test_mtp_needs_the_targets_own_mtp_modules():
+    """method mtp drafts with the checkpoint's num_nextn_predict_layers modules: a model without them is
+    refused naming the key; DeepSeek-V3's config carries one."""
+    with pytest.raises(RlsimError, match="num_nextn_predict_layers") as err:
+        StepCost(QWEN, H100, RolloutLayout(), _spec(method="mtp"), layout_field="workload.rollout_layout")
+    assert err.value.field == "workload.inference.speculative_method"
+    assert load_model("deepseek-v3").mtp_layers == 1 and QWEN.mtp_layers == 0
+
+
 def test_async_scheduling_is_refused_with_speculation():
     with pytest.raises(RlsimError) as err:
         StepCost(QWEN, H100, RolloutLayout(), _spec(async_scheduling=True), layout_field="workload.rollout_layout")
@@ -215,17 +227,17 @@ def test_tokens_are_conserved_and_both_paths_agree(seqs, alpha, k, method, max_s
         old = inference.FAST_RUN_MIN_SEQUENCES
         inference.FAST_RUN_MIN_SEQUENCES = fast
         try:
-            engine = RolloutEngine(QWEN, H100, layout, params)
+            engine = RolloutEngine(QWEN_MTP, H100, layout, params)
             engine.add_many(range(len(seqs)), prompts, responses, 0.0)
             finishes.append({f.seq_id: f.time_s for f in engine.run()})
         finally:
             inference.FAST_RUN_MIN_SEQUENCES = old
         assert engine.generated_tokens == sum(responses)
     assert finishes[0] == finishes[1]
-    engine = RolloutEngine(QWEN, H100, layout, params)
+    engine = RolloutEngine(QWEN_MTP, H100, layout, params)
     engine.add_many(range(len(seqs)), prompts, responses, 0.0)
     result = engine.interrupt(cut * max(finishes[0].values()))
-    rest = RolloutEngine(QWEN, H100, layout, params)
+    rest = RolloutEngine(QWEN_MTP, H100, layout, params)
     if result.partial:
         rest.add_many([s.seq_id for s in result.partial], [s.prompt_len for s in result.partial],
                       [s.response_len for s in result.partial], 0.0, [s.generated for s in result.partial])
