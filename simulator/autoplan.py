@@ -229,11 +229,14 @@ def updates_beside(sc: Scenario | None, params: Any,
     the critic's (under its own micro-batching, workload.critic_batching) beside the actor's; either
     beside the resident frozen models' weight shards on its pool (llm_costs.frozen_weight_bytes: a
     reference without host offload or swap, a reward model on the trainer). None where nothing sits
-    beside the update. ``params``: the actor's trainer constants as the evaluator has them; ``base``:
+    beside the update; a critic on a pool of its own (fuse: actor, schedule.aux_devices: rl/pools.role_pool)
+    neither holds state beside the actor nor trains on its devices (aux_pool_check judges its pool).
+    ``params``: the actor's trainer constants as the evaluator has them; ``base``:
     the actor's architecture where it is not workload.model (rl/llm_costs.role_models)."""
     if sc is None:
         return []
     from .rl.llm_costs import (
+        critic_beside_actor,
         critic_layout,
         critic_train_params,
         frozen_roles_beside,
@@ -250,7 +253,7 @@ def updates_beside(sc: Scenario | None, params: Any,
         return sum(frozen_weight_bytes(sc, models, role, lay, hbm, actor_params).values())
 
     frozen_of = {role: frozen_text(frozen_roles_beside(sc, role)) for role in ("actor", "critic")}
-    if sc.workload.algorithm != "ppo":
+    if not critic_beside_actor(sc):   # no critic, or one on a pool of its own: the run counts none beside the actor
         return [(models["actor"], frozen_of["actor"], lambda lay, hbm: frozen("actor", lay, hbm),
                  lambda lay: lay)] if frozen_of["actor"] else []
     critic_params = critic_train_params(actor_params, sc.workload.critic_offload, sc.workload.critic_optimizer)

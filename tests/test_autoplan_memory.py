@@ -344,3 +344,25 @@ def test_fuse_actor_plans_a_layout_its_aux_pool_holds_whole_replicas_of():
     pools = build_pools(sc.schedule, 16, 2, unit)
     assert pools["aux"].count % unit == 0 and pools["actor"].count == 14
     simulator.simulate(sc)   # the run accepts what the planner chose (it raised before)
+
+
+def test_under_fuse_actor_nothing_of_the_critic_sits_beside_the_actor():
+    """A planner review: under fuse: actor PPO's critic, reference and reward model run on the aux
+    pool (rl/pools.role_pool), and the run counts none of their state beside the actor's update
+    (LlmCosts._beside_bytes, _frozen_bytes: 0). updates_beside put the 70B critic's kept state and
+    the frozen weights beside the actor all the same: the planner was too strict on the actor side."""
+    from simulator.autoplan import updates_beside
+    from simulator.llm.train_layout import TrainLayout
+    from simulator.rl.llm_costs import LlmCosts
+
+    def ppo(*sets):
+        return load_scenario(workload="ppo-llama3.1-70b", topology={"preset": "dgx-h200", "nodes": 8},
+                             schedule="colocated", iterations=1, overrides=list(sets))
+
+    fused = ppo("schedule.fuse=actor")
+    assert updates_beside(fused, fused.workload.train_params) == []
+    lay, hbm = TrainLayout.from_mapping({"tp": 8, "pp": 1, "zero": 1}).resolve(56), 141e9
+    assert LlmCosts(fused, load_topology(fused.topology)).critic_resident_bytes(lay, hbm) == 0.0
+    full = ppo()   # fuse: full: the critic beside the actor, and the actor beside the critic
+    beside = updates_beside(full, full.workload.train_params)
+    assert len(beside) == 2 and beside[0][2](lay, hbm) > 0.0

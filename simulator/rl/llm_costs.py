@@ -299,6 +299,12 @@ def critic_layout(lay: TrainLayout, batching: Any, source: str | None) -> TrainL
     return dataclasses.replace(lay, **update) if update else lay
 
 
+def critic_beside_actor(scenario: Any) -> bool:
+    """Whether a PPO critic's state and passes share the actor's devices (its role_pool is main; not
+    under fuse: actor or a split pool's aux_devices, where it trains on a pool of its own)."""
+    return scenario.workload.algorithm == "ppo" and role_pool(scenario.schedule, "critic") == "main"
+
+
 def role_models(scenario: Any, base: ModelSpec | None = None) -> dict[str, ModelSpec]:
     """The model each role runs: the actor as it trains (LoRA adapters beside the frozen base), the
     reference the base, the critic and a reward model under a value head (hidden x 1, not the vocab LM
@@ -1244,8 +1250,8 @@ class LlmCosts:
         return kept_state_bytes(self.models["critic"], lay, hbm_bytes, self.critic_params)
 
     def _critic_beside_actor(self) -> bool:
-        """Whether a PPO critic's state and passes share the actor's devices (its role_pool is main)."""
-        return self.scenario.workload.algorithm == "ppo" and role_pool(self.scenario.schedule, "critic") == "main"
+        """Whether a PPO critic's state and passes share the actor's devices (critic_beside_actor)."""
+        return critic_beside_actor(self.scenario)
 
     def _actor_resident_bytes(self, pool: _Pool) -> float:
         """The actor's weights, optimizer state and kept gradient buffer beside the critic's passes,
