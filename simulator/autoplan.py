@@ -422,7 +422,7 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
                                                    also_trains_on=consolidated_train_devices(sc, len(train_ranks)),
                                                    step_sequences=step_sequences_of(sc, row), packing=step_packing(sc),
                                                    rollout_phase=rollout_phase_check(sc, model, params),
-                                                   pools_check=aux_pool_check(sc, topology.num_devices))
+                                                   pools_check=aux_pool_check(sc, topology))
         with engine_named(sc):
             plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space, params=settings.params,
                                  evaluator=evaluator, top=1)
@@ -487,24 +487,29 @@ def rollout_phase_check(sc: Scenario, model: ModelSpec, params: Any) -> Callable
     return check
 
 
-def aux_pool_check(sc: Scenario, n_devices: int) -> Callable[[TrainLayout, int], None] | None:
+def aux_pool_check(sc: Scenario, topology: Any) -> Callable[[TrainLayout, int], None] | None:
     """TrainingEvaluator's ``pools_check`` for fuse: actor, whose aux pool runs the reference, reward
     model and critic under the training layout: the run's pools for a candidate (rl/pools.build_pools
-    on the ``n_devices`` before a served model's, at the given rollout instance, one device for a
-    planned one) must train on the candidate's devices, and the aux pool hold whole replicas of its
-    layout (TrainLayout.resolve). The planner searched the actor's devices alone: qwen2.5-32b on two
-    DGX-H100 nodes planned TP1 PP7 on 14, and the run refused the aux pool's 2 (a planner audit).
+    on the topology's devices before a served model's, at the given rollout instance, one device for
+    a planned one) must train on the candidate's devices, the aux pool hold whole replicas of its
+    layout (TrainLayout.resolve), and each of its passes fit there as the run judges it (LlmCosts.
+    aux_passes_fit: the run's own checks, on aux_pool_batches). The planner searched the actor's
+    devices alone: qwen2.5-32b on two DGX-H100 nodes planned TP1 PP7 on 14, and the run refused the
+    aux pool's 2; ppo-llama3.1-70b on 8 DGX-H200 nodes planned TP8 DP7, and the run refused the
+    reward model's pass beside the 70B critic's state on the aux pool's 8 (191.6 GB; planner audits).
     None for other placements."""
     sched = sc.schedule
     if sched.effective_placement != "colocated" or sched.fuse != "actor":
         return None
+    from .rl.llm_costs import LlmCosts
     from .rl.pools import build_pools
 
     rollout = sc.workload.rollout_layout
     instance = (RolloutLayout.from_mapping({**rollout, "instances": 1}, source=sc.source,
                                            field_name="workload.rollout_layout").devices_per_instance
                 if isinstance(rollout, Mapping) else 1)
-    total = n_devices - sum(served_devices(sc.workload).values())
+    total = topology.num_devices - sum(served_devices(sc.workload).values())
+    held: dict[str, Any] = {}   # the private costs and the batches, made when a candidate first gets this far
 
     def check(lay: TrainLayout, n_ranks: int) -> None:
         pools = build_pools(sched, total, instance, lay.pool_unit, source="planner", unit_text=lay.pool_unit_text())
@@ -515,7 +520,24 @@ def aux_pool_check(sc: Scenario, n_devices: int) -> Callable[[TrainLayout, int],
                              fix="change schedule.aux_fraction, or the layout's tp x cp x pp")
         aux = {k: v for k, v in lay.as_dict().items() if k != "dp"}
         TrainLayout.from_mapping(aux, source="planner").resolve(pools["aux"].count, source="planner")
+        if not held:
+            held["costs"], held["batches"] = LlmCosts(sc, topology), aux_pool_batches(sc)
+        costs = held["costs"]
+        costs.set_train_layout(aux)
+        step, minis = held["batches"]
+        costs.aux_passes_fit(pools["aux"].ranks, step, minis)
     return check
+
+
+def aux_pool_batches(sc: Scenario) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(a step's samples, its mini-batches) the planner runs an aux pool's passes on: the first
+    prompts_per_step / mini_batch_prompts of the memory check's draws (memory_check_batches, one
+    mini-batch each) as the step its forward passes take, the one of the longest sample among them
+    as the update's mini-batch (its heaviest micro-batch bounds the update's memory)."""
+    w = sc.workload
+    per_step = max(1, -(-w.prompts_per_step // (w.mini_batch_prompts or w.prompts_per_step)))
+    drawn = memory_check_batches(sc, max(MEMORY_CHECK_STEPS, per_step))[:per_step]
+    return np.concatenate(drawn), [max(drawn, key=lambda lens: int(lens.max()))]
 
 
 def colocated_engine_share(sc: Scenario, topology: Any, model: ModelSpec, train_layout: Mapping[str, Any],

@@ -366,3 +366,47 @@ def test_under_fuse_actor_nothing_of_the_critic_sits_beside_the_actor():
     full = ppo()   # fuse: full: the critic beside the actor, and the actor beside the critic
     beside = updates_beside(full, full.workload.train_params)
     assert len(beside) == 2 and beside[0][2](lay, hbm) > 0.0
+
+
+def _ppo_70b_fused(*sets):
+    """ppo-llama3.1-70b under fuse: actor on 8 DGX-H200 nodes: the aux pool runs the reference, the
+    70B reward model and the 70B critic under the training layout."""
+    return load_scenario(workload="ppo-llama3.1-70b", topology={"preset": "dgx-h200", "nodes": 8},
+                         schedule="colocated", iterations=1, overrides=["schedule.fuse=actor", *sets])
+
+
+def test_fuse_actor_plans_no_layout_whose_aux_pool_passes_do_not_fit():
+    """A planner review: under fuse: actor the aux pool (aux_fraction 0.125: 8 of 64 devices) holds the
+    70B critic's state at DP 1 whatever the layout, and the run refused the planner's top layouts: the
+    reward model's pass needs 191.6 GB beside it. The planner judges each aux pass as the run does
+    (LlmCosts.aux_passes_fit) and refuses them all; on a 16-device aux pool it plans one the run runs."""
+    import simulator
+
+    narrow = _ppo_70b_fused("workload.train_layout=auto")
+    with pytest.raises(RlsimError, match="forward pass does not fit"):
+        auto_layouts(narrow, load_topology(narrow.topology))
+    wide = _ppo_70b_fused("workload.train_layout=auto", "schedule.aux_fraction=0.25")
+    topo = load_topology(wide.topology)
+    plan = auto_layouts(wide, topo)
+    summary = simulator.simulate(wide).summary   # the run accepts what the planner chose
+    assert summary["peak_memory_by_phase"]["train"] <= topo.device_spec(0).hbm_bytes
+    assert 16 % (plan.layouts["train"]["tp"] * plan.layouts["train"]["pp"] * plan.layouts["train"]["cp"]) == 0
+
+
+def test_a_failure_replan_judges_the_aux_pool_passes_of_a_candidate():
+    """A planner review: a failure re-plan checks each candidate with LlmCosts.accept_train_layout,
+    which judged the actor's devices and the rollout phase, not fuse: actor's aux pool. TP8 PP1 ZeRO-1
+    fits the actor's 48 devices but leaves the 70B critic at DP 2 on the aux pool's 16, where the reward
+    model's pass beside its state needs 139.5 GB of 139.3: refused now; TP8 PP2 fits there."""
+    import numpy as np
+
+    from simulator.rl.llm_costs import LlmCosts
+
+    sc = _ppo_70b_fused("schedule.aux_fraction=0.25", "schedule.failures=[{at_s: 100, fail: 'device:3'}]",
+                        "workload.train_layout={tp: 8, pp: 2, zero: 2, recompute: none, micro_batch: 1}")
+    costs = LlmCosts(sc, load_topology(sc.topology))
+    costs.forward("reference", np.full(256, 1024), range(48, 64))   # the aux pool's pass, as the run runs it
+    costs.accept_train_layout({"tp": 8, "pp": 2, "zero": 2, "recompute": "none", "micro_batch": 1})
+    with pytest.raises(RlsimError, match="reward's forward pass does not fit"):
+        costs.accept_train_layout({"tp": 8, "pp": 1, "zero": 1, "recompute": "full", "micro_batch": 1})
+    assert costs.layout(48).tp == 8 and costs.layout(48).pp == 2   # the run's own layout untouched

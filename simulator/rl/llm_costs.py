@@ -68,6 +68,7 @@ from ..network.collectives import CollectiveModel
 from ..params import SPECULATIVE_KEYS
 from ..scenario import Scenario
 from ..units import capacity_text
+from .algorithms import FORWARD, TRAIN, build_algorithm
 from .costs import RolloutOutcome, StageCost, SwitchCost
 from .packing import heaviest_micro_batch, micro_batch_permutation, replica_contiguous_ranks
 from .pools import SERVED_FIELDS, SERVED_NAMES, resolve_auto_layouts, role_pool
@@ -305,6 +306,15 @@ def critic_beside_actor(scenario: Any) -> bool:
     return scenario.workload.algorithm == "ppo" and role_pool(scenario.schedule, "critic") == "main"
 
 
+def aux_pool_passes(scenario: Any) -> list[tuple[str, str]]:
+    """(kind, role) of each pass a step runs on an aux pool (rl/pools.role_pool not main: fuse: actor's
+    pool, schedule.aux_devices), in the step's order (rl/algorithms.build_algorithm): FORWARD for the
+    reference, a reward model's score and PPO's values, TRAIN for PPO's critic update."""
+    stages = build_algorithm(scenario.workload).stages
+    return [(stage.kind, stage.role) for stage in stages if stage.kind in (FORWARD, TRAIN) and stage.role != "actor"
+            and role_pool(scenario.schedule, stage.role) != "main"]
+
+
 def role_models(scenario: Any, base: ModelSpec | None = None) -> dict[str, ModelSpec]:
     """The model each role runs: the actor as it trains (LoRA adapters beside the frozen base), the
     reference the base, the critic and a reward model under a value head (hidden x 1, not the vocab LM
@@ -535,6 +545,12 @@ class LlmCosts:
         self._demanding: list[np.ndarray] = []
         self._demanding_for = 0            # len(_trained) when _demanding was picked
         self._last_train_ranks: tuple[int, ...] | None = None   # the pool it trained on
+        # an aux pool's ranks and the latest step batch its forward passes ran (failure runs only: a
+        # re-plan judges a candidate's aux passes on them, accept_train_layout), and the private costs
+        # that judge a candidate layout without touching this run's (built once, when first asked)
+        self._auto_layouts = auto_layouts
+        self._aux_step: tuple[tuple[int, ...], np.ndarray] | None = None
+        self._candidate_costs: LlmCosts | None = None
 
     def _engine_constants(self, roll_map: dict[str, Any]) -> tuple[InferenceParams, dict[str, Any]]:
         """A named engine's values for what the workload leaves unset, on the cluster's devices and at
@@ -960,6 +976,8 @@ class LlmCosts:
         """``scored``: each sample's response tokens, which the head projects alone where the pass's
         constants say so (scores_responses; then priced exactly each batch, _reused)."""
         pool = self.pool(ranks)
+        if self.scenario.schedule.failures and role != "actor" and role_pool(self.scenario.schedule, role) != "main":
+            self._aux_step = (pool.ranks, np.asarray(seq_lens, np.int64))   # only a failure re-plan reads it
         cost = self._reused("fwd", role, seq_lens, pool, lambda: self._forward(role, seq_lens, pool, scored), scored)
         if role != "reference" or not self.scenario.schedule.reference_swap_copies:
             return cost
@@ -1066,7 +1084,9 @@ class LlmCosts:
         """A re-plan's check of a candidate training layout (dp included) beyond the planner's own
         (which judges rows of typical length): the rollout phase still fits beside it on a colocated
         placement, and the latest trained batch, micro-batched as the run does, fits in memory
-        (long-tail batches hold micro-batches longer than a typical row). RlsimError otherwise.
+        (long-tail batches hold micro-batches longer than a typical row), and an aux pool's passes
+        (fuse: actor) fit under it on their pool (aux_passes_fit, on the latest step's samples there
+        and the demanding batches). RlsimError otherwise.
         Judged on the latest batch and on the trained batches of the longest sample and of the
         heaviest micro-batch so far: StaleSync alternates typical batches with tail batches (the
         previous round's longest samples), so the batch after a re-plan may be the heavier kind."""
@@ -1077,6 +1097,31 @@ class LlmCosts:
             train_step_cost(self.model, micro, self.topology, self._accept_ranks(micro), lens,
                             packing=self._packing(), params=self.train_params, collectives=self.collectives,
                             source=self.source)
+        if self._aux_step is not None:   # an aux pool (fuse: actor) runs its passes under the layout too
+            ranks, step = self._aux_step
+            self.candidate_costs(layout_map).aux_passes_fit(ranks, step, self._demanding_batches() or [step])
+
+    def candidate_costs(self, layout_map: Mapping[str, Any]) -> LlmCosts:
+        """Costs of this scenario under a candidate training layout (dp re-derived), apart from this
+        run's (their caches untouched): one private LlmCosts, built when first asked, re-laid each time."""
+        if self._candidate_costs is None:
+            self._candidate_costs = LlmCosts(self.scenario, self.topology, self._auto_layouts)
+        self._candidate_costs.set_train_layout(dict(layout_map))
+        return self._candidate_costs
+
+    def aux_passes_fit(self, ranks: Sequence[int], step_lens: Any, mini_batches: Sequence[Any]) -> None:
+        """The passes a step runs on an aux pool (aux_pool_passes) on ``ranks`` under this training
+        layout, as TrainStep runs them and with the run's own memory checks (_forward: the pass beside
+        what stays resident on its pool, _forward_beside_bytes; _train: the update beside the frozen
+        weights there): each forward pass on ``step_lens`` (a step's samples), an update on each of
+        ``mini_batches``. RlsimError where one does not fit (ppo-llama3.1-70b under fuse: actor on 8
+        DGX-H200 nodes: the reward model's pass beside the 70B critic's state at DP 1, 191.6 GB)."""
+        for kind, role in aux_pool_passes(self.scenario):
+            if kind == FORWARD:
+                self.forward(role, step_lens, ranks)
+            else:
+                for lens in mini_batches:
+                    self.train(role, lens, ranks)
 
     def _accept_ranks(self, lay: TrainLayout) -> list[int]:
         """Ranks a candidate layout is checked on: its canonical placement (replica_contiguous_ranks,
