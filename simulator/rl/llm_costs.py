@@ -467,6 +467,12 @@ class _Served(NamedTuple):
 
 
 class LlmCosts:
+    # an aux pool's ranks and the latest step batch its forward passes ran (failure runs only: a re-plan
+    # judges a candidate's aux passes on them, accept_train_layout), and the private costs that judge a
+    # candidate layout without touching this run's (candidate_costs: built once, when first asked)
+    _aux_step: tuple[tuple[int, ...], np.ndarray] | None
+    _candidate_costs: LlmCosts | None
+
     def __init__(self, scenario: Scenario, topology: Any, auto_layouts: dict[str, dict[str, Any]] | None = None):
         """``auto_layouts``: {'train': ..., 'rollout': ...} chosen by the planner
         (simulator/autoplan.py) for sides the workload leaves ``auto``; without it the simple
@@ -545,12 +551,7 @@ class LlmCosts:
         self._demanding: list[np.ndarray] = []
         self._demanding_for = 0            # len(_trained) when _demanding was picked
         self._last_train_ranks: tuple[int, ...] | None = None   # the pool it trained on
-        # an aux pool's ranks and the latest step batch its forward passes ran (failure runs only: a
-        # re-plan judges a candidate's aux passes on them, accept_train_layout), and the private costs
-        # that judge a candidate layout without touching this run's (built once, when first asked)
-        self._auto_layouts = auto_layouts
-        self._aux_step: tuple[tuple[int, ...], np.ndarray] | None = None
-        self._candidate_costs: LlmCosts | None = None
+        self._auto_layouts, self._aux_step, self._candidate_costs = auto_layouts, None, None   # (class attributes)
 
     def _engine_constants(self, roll_map: dict[str, Any]) -> tuple[InferenceParams, dict[str, Any]]:
         """A named engine's values for what the workload leaves unset, on the cluster's devices and at
