@@ -1,12 +1,15 @@
 """`layout: auto` on a colocated placement sizes the rollout engine beside the resident training
 state (issue 14 class 6: qwen2.5-7b colocated on one DGX-H100 node was refused, 87.2 GB on 80 GB,
 with a fix naming a value the user never set)."""
+import dataclasses
+
 import pytest
 
 from simulator.autoplan import auto_layouts, colocated_engine_share
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
+from simulator.llm.train_layout import TrainLayout
 from simulator.scenario import load_scenario
 
 AUTO = ["workload.train_layout=auto", "workload.rollout_layout=auto"]
@@ -410,3 +413,36 @@ def test_a_failure_replan_judges_the_aux_pool_passes_of_a_candidate():
     with pytest.raises(RlsimError, match="reward's forward pass does not fit"):
         costs.accept_train_layout({"tp": 8, "pp": 1, "zero": 1, "recompute": "full", "micro_batch": 1})
     assert costs.layout(48).tp == 8 and costs.layout(48).pp == 2   # the run's own layout untouched
+
+
+def test_the_planned_memory_is_the_peak_its_memory_check_judged(tmp_path, capsys):
+    """A planner review: plan reported the timed step's memory (its pooled step's heaviest micro-batch,
+    lighter than the memory check's), 72.8 GB against the run's train-phase 74.3 GB for
+    grpo-qwen2.5-7b colocated on one DGX-H100 node at TP1 CP2 ZeRO-2. It now reports the peak the
+    memory check judged (memory_per_device at the heaviest drawn micro-batch, as train_step_cost sizes
+    it, beside the reference's weights), which the run's own draws meet within 0.1 GB here."""
+    import json
+
+    import simulator
+    from simulator.autoplan import heaviest_micro_batch_of, train_batch
+    from simulator.cli import main
+    from simulator.llm.training import device_resident, memory_per_device
+    from simulator.rl.llm_costs import frozen_weight_bytes, role_models
+
+    scenario = tmp_path / "q7.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\nschedule: colocated\n")
+    assert main(["plan", str(scenario), "--json", "--top", "1"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    given = {k: v for k, v in row["layout"].items() if k != "dp"}
+    sc = load_scenario(scenario, overrides=[f"workload.train_layout={json.dumps(given)}"])
+    lay = TrainLayout.from_mapping(given).resolve(8)
+    samples, tokens, micro_batches = heaviest_micro_batch_of(sc, train_batch(sc)[1])(lay.micro_batch, lay.dp)
+    params, hbm = sc.workload.train_params, load_topology(sc.topology).device_spec(0).hbm_bytes
+    own = device_resident(memory_per_device(role_models(sc)["actor"], dataclasses.replace(lay, micro_batch=samples),
+                                            tokens / samples, hbm, params=params.memory,
+                                            flash_attention=params.compute.flash_attention,
+                                            micro_batches=micro_batches), params)
+    frozen = sum(frozen_weight_bytes(sc, role_models(sc), "actor", lay, hbm, params).values())
+    assert row["memory_per_device_bytes"] == pytest.approx(own.total_bytes + frozen)
+    run = simulator.simulate(sc).summary["peak_memory_by_phase"]["train"]
+    assert abs(row["memory_per_device_bytes"] - run) < 0.1e9   # 1.4 GB short before

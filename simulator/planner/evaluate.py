@@ -97,6 +97,14 @@ class TrainingEvaluator:
                            zero_shard_size=c.zero_shard_size)
 
     def cost(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
+        """The candidate's train_step_cost, after the checks that refuse it (RlsimError)."""
+        self._judge(c, ranks)
+        return self._timed(c, ranks)
+
+    def _judge(self, c: TrainChoice, ranks: Sequence[int]) -> float | None:
+        """The checks that refuse a candidate (RlsimError), and the peak bytes per device its memory
+        check judged (the heaviest micro-batch beside what sits beside each update, _check_memory);
+        None where params.check_memory is off."""
         layout = self.layout(c)
         also = self.also_trains_on(len(ranks)) if callable(self.also_trains_on) else self.also_trains_on
         room = self.room_beside_tail(len(ranks)) if self.room_beside_tail else None
@@ -110,12 +118,17 @@ class TrainingEvaluator:
             self.pools_check(layout, len(ranks))
         if self.rollout_phase is not None:   # the run refuses it whatever check_memory says
             self.rollout_phase(layout, min(k.hbm_bytes for k in pool_devices(self.topology, ranks)))
-        if self.params.check_memory:
-            # The same memory check train_step_cost makes first (equal sequences: the longest is
-            # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
-            hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))  # as train_step_cost
-            for dp in self._memory_dps(layout, c.dp, also):   # (the candidate's own dp: its layout as is)
-                self._check_memory(c, layout if dp == layout.dp else dataclasses.replace(layout, dp=dp), hbm)
+        if not self.params.check_memory:
+            return None
+        # The same memory check train_step_cost makes first (equal sequences: the longest is
+        # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
+        hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))  # as train_step_cost
+        return max(self._check_memory(c, layout if dp == layout.dp else dataclasses.replace(layout, dp=dp), hbm)
+                   for dp in self._memory_dps(layout, c.dp, also))   # (the candidate's own dp: its layout as is)
+
+    def _timed(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
+        """train_step_cost of the candidate on the step's sequences (step_sequences), else equal rows."""
+        layout = self.layout(c)
         if self.step_sequences is not None:
             samples, ordered = self.step_sequences(c.micro_batch, c.dp)
             return train_step_cost(self.model, dataclasses.replace(layout, micro_batch=samples), self.topology,
@@ -132,14 +145,19 @@ class TrainingEvaluator:
         smaller = (also // unit) * unit // layout.model_parallel
         return [dp, smaller] if 0 < smaller < dp else [dp]
 
-    def _check_memory(self, c: TrainChoice, layout: TrainLayout, hbm: float) -> None:
+    def _check_memory(self, c: TrainChoice, layout: TrainLayout, hbm: float) -> float:
+        """The largest of the updates' judged peaks (_check_update): the model alone, or each update
+        beside what sits beside it (``beside``)."""
         if not self.beside:
-            self._check_update(c, layout, hbm, self.model)
-        for model, what, held, own in self.beside:
-            self._check_update(c, own(layout), hbm, model, (what, held(layout, hbm)))
+            return self._check_update(c, layout, hbm, self.model)
+        return max(self._check_update(c, own(layout), hbm, model, (what, held(layout, hbm)))
+                   for model, what, held, own in self.beside)
 
     def _check_update(self, c: TrainChoice, layout: TrainLayout, hbm: float, model: Any,
-                      beside: tuple[str, float] | None = None) -> None:
+                      beside: tuple[str, float] | None = None) -> float:
+        """Refuses an update that does not fit (check_fits); else its peak bytes per device: its own
+        memory at the heaviest micro-batch (memory_per_device, as train_step_cost sizes it) and what
+        sits beside it, as the run's train-phase peak adds them (LlmCosts._train)."""
         dp, rows = int(layout.dp or 1), layout.micro_batch   # the candidate's, or the update's own
         mem_layout, seq, micro_batches = layout, float(self.seq_len), -(-self.global_batch // (dp * rows))
         if self.heaviest is not None:
@@ -154,13 +172,17 @@ class TrainingEvaluator:
             what += f" beside {beside[0]} ({beside[1] / 1e9:.1f} GB)"
             mem = dataclasses.replace(mem, capacity_bytes=mem.capacity_bytes - beside[1])
         check_fits(mem, what=what, source="planner", layout=layout)
+        return mem.total_bytes + (beside[1] if beside is not None else 0.0)
 
     def __call__(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:
-        r = self.cost(c, ranks)
-        memory = r.memory.total_bytes
-        if self.beside:   # the update's peak beside the other model's kept state (PPO: the critic's)
-            hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))
-            memory += self.beside[0][2](self.layout(c), hbm)
+        judged = self._judge(c, ranks)
+        r = self._timed(c, ranks)
+        memory = judged   # the peak the memory check judged: the figure it refuses a layout on
+        if memory is None:   # no check: the timed step's, beside the other model's kept state (PPO: the critic's)
+            memory = r.memory.total_bytes
+            if self.beside:
+                hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))
+                memory += self.beside[0][2](self.layout(c), hbm)
         return Evaluation(step_time_s=r.step_time_s, tflops_per_device=r.tflops_per_device, mfu=r.mfu,
                           memory_per_device_bytes=memory, comm_fraction=r.comm_fraction)
 
