@@ -311,7 +311,7 @@ def test_tp_must_divide_the_query_heads():
 @pytest.mark.parametrize("layout, match, key", [
     (RolloutLayout(tp=8), "attention heads", "tp"),
     (RolloutLayout(ep=2), "needs an MoE model", "ep"),
-    (RolloutLayout(weight_dtype="fp8"), "no fp8 peak", "weight_dtype"),   # A100: no FP8 GEMMs
+    (RolloutLayout(weight_dtype="fp8"), "needs an fp8 peak, which the topology.s device a100", "weight_dtype"),   # A100: no FP8 GEMMs
     (RolloutLayout(gpu_memory_utilization=0.01), "does not fit for inference", None),
 ])
 def test_step_cost_errors_name_keys_under_the_layout_field(layout, match, key):
