@@ -10,8 +10,9 @@ logs its timers as `timing/train/<name>` (`total_step_time`, `generation`, `poli
 `policy_and_reference_logprobs` or `logprob_inference`, `weight_sync`, `reward_calculation`,
 `exposed_generation`; ../shared/reference/frameworks.md and NeMo RL algorithms/grpo.py timers).
 OpenRLHF logs `timing/generation`, `timing/make_experience`, `timing/ppo_train`, `timing/broadcast`
-and `timing/step_total` (trainer/ppo_trainer.py, read in its 0.11.2 wheel): its generation is NeMo
-RL's key, its other phases stages of their own, predicted by a scenario with `output.timers: openrlhf`.
+and `timing/step_total` (trainer/ppo_trainer.py, read in its 0.11.2 wheel; its wandb and TensorBoard
+loggers write them under `train/`: train/timing/generation, ...): its generation is NeMo RL's key,
+its other phases stages of their own, predicted by a scenario with `output.timers: openrlhf`.
 SkyRL logs its Timer names under `timing/` (skyrl 0.3.0 trainer.py / fully_async_trainer.py, read in
 its wheel): `generate`, `fwd_logprobs_values_reward` (the critic's, reference's and policy's forwards:
 the `logprobs` stage with the values), `policy_train`, `critic_train`, `sync_weights` (colocated: the
@@ -87,9 +88,16 @@ NEMO_STAGE_NAMES: dict[str, str] = {
 NEMO_PREFIXES = ("timing/train/", "timing/", "")
 NEMO_STAGE_KEYS: dict[str, str] = {f"{prefix}{name}": stage for name, stage in NEMO_STAGE_NAMES.items()
                                    for prefix in NEMO_PREFIXES}
-# OpenRLHF's timers beside generation (logged as timing/<name>; metrics.OPENRLHF_TIMERS predicts them)
-OPENRLHF_STAGE_KEYS: dict[str, str] = {"timing/make_experience": "make_experience", "timing/ppo_train": "ppo_train",
-                                       "timing/broadcast": "broadcast"}
+# OpenRLHF's timers beside generation (logged as timing/<name>; metrics.OPENRLHF_TIMERS predicts them).
+# Its console line (logger.info of the status dict) names them bare; its wandb and TensorBoard loggers
+# under train/ (0.11.2 utils/logging_utils.py log_train: "train/%s" % k, the step as train/global_step).
+OPENRLHF_PREFIXES = ("", "train/")
+OPENRLHF_TIMER_STAGES: dict[str, str] = {"timing/make_experience": "make_experience", "timing/ppo_train": "ppo_train",
+                                         "timing/broadcast": "broadcast"}
+OPENRLHF_STAGE_KEYS: dict[str, str] = {f"{prefix}{name}": stage for name, stage in OPENRLHF_TIMER_STAGES.items()
+                                       for prefix in OPENRLHF_PREFIXES}
+# its generation is NeMo RL's key bare (NEMO_STAGE_KEYS); under train/ it is OpenRLHF's alone
+OPENRLHF_GENERATION_KEYS = tuple(f"{prefix}timing/generation" for prefix in OPENRLHF_PREFIXES)
 # SkyRL's Timer names (logged as timing/<name>) -> stage names: its own where a phase holds more than
 # one of rlsim's (sync_weights, run_training).
 SKYRL_STAGE_KEYS: dict[str, str] = {"timing/generate": "generate", "timing/fwd_logprobs_values_reward": "logprobs",
@@ -108,21 +116,22 @@ AREAL_TIMER_STAGES: dict[str, str] = {"rollout": "rollout", "recompute_logp": "o
                                       "critic_values": "values", "train_step": "update_actor",
                                       "critic_train_step": "update_critic", "update_weights": "weight_sync"}
 AREAL_STAGE_KEYS: dict[str, str] = {f"timeperf/{name}": stage for name, stage in AREAL_TIMER_STAGES.items()}
-STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS, **OPENRLHF_STAGE_KEYS, **SKYRL_STAGE_KEYS,
+STAGE_KEYS: dict[str, str] = {**VERL_STAGE_KEYS, **NEMO_STAGE_KEYS, **dict.fromkeys(OPENRLHF_GENERATION_KEYS, "generate"),
+                              **OPENRLHF_STAGE_KEYS, **SKYRL_STAGE_KEYS,
                               **TRL_STAGE_KEYS, **AREAL_STAGE_KEYS}
 STAGES = tuple(dict.fromkeys(STAGE_KEYS.values()))
 STEP_TIME_KEY = "timing_s/step"
-OPENRLHF_STEP_TIME_KEY = "timing/step_total"
+OPENRLHF_STEP_TIME_KEYS = tuple(f"{prefix}timing/step_total" for prefix in OPENRLHF_PREFIXES)
 SKYRL_STEP_TIME_KEY = "timing/step"
 RLSIM_STEP_TIME_KEY = "step_time_s"   # rlsim's own iterations.csv (rlsim run --out)
 TRL_STEP_TIME_KEYS = ("step_time", "train/step_time")   # the Trainer's log_history / wandb's train/ prefix
-STEP_TIME_KEYS = (STEP_TIME_KEY, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES), OPENRLHF_STEP_TIME_KEY,
+STEP_TIME_KEYS = (STEP_TIME_KEY, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES), *OPENRLHF_STEP_TIME_KEYS,
                   SKYRL_STEP_TIME_KEY, *TRL_STEP_TIME_KEYS, RLSIM_STEP_TIME_KEY)
 # Each framework's timing names (the tables above): whose names a log was read by.
 FRAMEWORK_TIMING_KEYS: dict[str, frozenset[str]] = {
     "verl": frozenset({*VERL_STAGE_KEYS, STEP_TIME_KEY}),
     "NeMo RL": frozenset({*NEMO_STAGE_KEYS, *(f"{prefix}total_step_time" for prefix in NEMO_PREFIXES)}),
-    "OpenRLHF": frozenset({"timing/generation", *OPENRLHF_STAGE_KEYS, OPENRLHF_STEP_TIME_KEY}),
+    "OpenRLHF": frozenset({*OPENRLHF_GENERATION_KEYS, *OPENRLHF_STAGE_KEYS, *OPENRLHF_STEP_TIME_KEYS}),
     "SkyRL": frozenset({*SKYRL_STAGE_KEYS, SKYRL_STEP_TIME_KEY}),
     "TRL": frozenset({*TRL_STAGE_KEYS, *TRL_STEP_TIME_KEYS}),
     "AReaL": frozenset(AREAL_STAGE_KEYS),
@@ -551,7 +560,7 @@ def _no_timing(source: str) -> RlsimError:
                       fix=f"the log needs per-step keys such as {', '.join(VERL_STAGE_KEYS)}, "
                           f"{STEP_TIME_KEY} (verl), timing/train/<{'|'.join(NEMO_STAGE_NAMES)}|total_step_time> "
                           f"(NeMo RL), timing/<generation|make_experience|ppo_train|broadcast|step_total> "
-                          "(OpenRLHF), timing/<generate|fwd_logprobs_values_reward|policy_train|sync_weights|"
+                          "(OpenRLHF; train/timing/... in its wandb and TensorBoard logs), timing/<generate|fwd_logprobs_values_reward|policy_train|sync_weights|"
                           "step> (SkyRL), step_time and profiling/Time taken: GRPOTrainer.<vLLM.generate|"
                           "sync_weights|_calculate_rewards> (TRL), timeperf/<rollout|recompute_logp|ref_logp|"
                           f"train_step|update_weights> (AReaL) or {RLSIM_STEP_TIME_KEY} (rlsim's iterations.csv)")
@@ -762,7 +771,7 @@ def _log_key(stage: str, flavour: str) -> str | None:
     if flavour == "verl":
         table, step = VERL_STAGE_KEYS, STEP_TIME_KEY
     elif flavour == "openrlhf":
-        table, step = {"timing/generation": "generate", **OPENRLHF_STAGE_KEYS}, OPENRLHF_STEP_TIME_KEY
+        table, step = {OPENRLHF_GENERATION_KEYS[0]: "generate", **OPENRLHF_STAGE_KEYS}, OPENRLHF_STEP_TIME_KEYS[0]
     elif flavour == "skyrl":
         table, step = SKYRL_STAGE_KEYS, SKYRL_STEP_TIME_KEY
     elif flavour == "trl":

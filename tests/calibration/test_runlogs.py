@@ -401,3 +401,23 @@ def test_a_checkpoint_inside_verls_step_timer_is_taken_out_of_the_step_and_one_a
     with pytest.raises(RlsimError, match="timing_s/save_checkpoint is -1 s") as info:
         read_run_log(path)
     assert info.value.field == "timing_s/save_checkpoint"
+
+
+def test_openrlhfs_wandb_and_tensorboard_names_are_read(tmp_path: Path) -> None:
+    """OpenRLHF 0.11.2 logs its timers to wandb and TensorBoard under `train/` (utils/logging_utils.py
+    WandbLogger / TensorboardLogger.log_train: "train/%s" % k), with its step as train/global_step: a
+    real run's export holds train/timing/generation, not the console's timing/generation."""
+    rows = [{"train/global_step": step, "train/timing/generation": 10.0 + step, "train/timing/make_experience": 3.0,
+             "train/timing/ppo_train": 5.0, "train/timing/broadcast": 1.0, "train/timing/step_total": 19.0 + step,
+             "train/policy_loss": 0.1} for step in (1, 2, 3)]
+    path = tmp_path / "openrlhf-wandb.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    log = read_run_log(path)
+    assert log.stages == ["generate", "make_experience", "ppo_train", "broadcast"]
+    assert log.frame["step_s"].tolist() == [20.0, 21.0, 22.0]
+    assert log.frame["generate"].tolist() == [11.0, 12.0, 13.0]
+    assert log.ignored == ["train/policy_loss"]
+    assert log.matched_names.startswith("OpenRLHF's")
+    path.write_text(json.dumps({**rows[0], "timing/generation": 11.0}) + "\n")   # the console's and wandb's names
+    with pytest.raises(RlsimError, match="both time generate"):
+        read_run_log(path)
