@@ -35,7 +35,8 @@ A JSONL file has one JSON object per line (verl's FileLogger's {"step": N, "data
 data at step N), a .json file may also hold one array of such objects
 (`run.history()` records) or a Trainer state (an object whose `log_history` is the records), a CSV
 has the keys as column names; a wandb panel export ("Step",
-"RUN - KEY", "RUN - KEY__MIN", "RUN - KEY__MAX") is read as the CSV of one run.
+"RUN - KEY", "RUN - KEY__MIN", "RUN - KEY__MAX") is read as the CSV of one run, and TensorBoard scalars
+as a CSV of one row per tag and step (step, tag, value; run or dir_name naming runs) as one column per tag.
 Metric names outside these tables are ignored and listed (`RunLog.ignored`); a log with none of
 the known timing names is an error. Records sharing a step number are one step (`_one_record_per_step`).
 """
@@ -377,9 +378,52 @@ def _wandb_columns(raw: pd.DataFrame, source: str, run: str | None) -> pd.DataFr
     return raw[list(keep)].rename(columns=keep)
 
 
+# TensorBoard scalars as a table: one row per tag and step (tbparse 0.0.9 SummaryReader.scalars: step,
+# tag, value, dir_name with several runs; TensorBoard's ExperimentFromDev.get_scalars(): run, tag, step,
+# value), and the TensorBoard UI's download of one tag (Wall time, Step, Value: the tag is not in it).
+TENSORBOARD_COLUMNS = ("step", "tag", "value")
+TENSORBOARD_RUN_COLUMNS = ("run", "dir_name")
+TENSORBOARD_ONE_TAG_COLUMNS = ("Wall time", "Step", "Value")
+
+
+def _tensorboard_form(raw: pd.DataFrame) -> bool:
+    """A table of TensorBoard scalars, one tag per row (or the UI's download of one tag: refused)."""
+    columns = [str(c) for c in raw.columns if c != LOCATION]
+    if sorted(columns) == sorted(TENSORBOARD_ONE_TAG_COLUMNS):
+        return True
+    return all(c in columns for c in TENSORBOARD_COLUMNS)
+
+
+def _tensorboard_records(raw: pd.DataFrame, source: str, run: str | None) -> pd.DataFrame:
+    """TensorBoard scalars, one row per tag and step, as one record per row holding its tag's value
+    (records of one step are merged as a logger's several calls are: _one_record_per_step)."""
+    import pandas as pd
+
+    if "tag" not in raw.columns:
+        raise RlsimError("the CSV is TensorBoard's download of one tag (Wall time, Step, Value): it holds one "
+                         "TensorBoard tag's values, not the tag's name", source=source,
+                         fix="export the run's scalars with their tags, e.g. tbparse's "
+                             "SummaryReader(LOGDIR).scalars.to_csv(FILE) (columns step, tag, value)")
+    runs_column = next((c for c in TENSORBOARD_RUN_COLUMNS if c in raw.columns), None)
+    if runs_column is not None:
+        runs = sorted({str(name) for name in raw[runs_column]})
+        if run is None and len(runs) > 1:
+            raise RlsimError(f"the TensorBoard scalars hold {len(runs)} runs: {', '.join(runs)}", source=source,
+                             field="run", fix="export one run, or name it (run= / --log-run NAME)")
+        if run is not None and run not in runs:
+            raise RlsimError(f"no run {run!r} in the TensorBoard scalars", source=source, field="run",
+                             fix=f"use one of: {', '.join(runs)}")
+        raw = raw[raw[runs_column].astype(str) == (run if run is not None else runs[0])]
+    elif run is not None:
+        raise _not_wandb(source, run)
+    records = [{"step": step, str(tag): value, LOCATION: where}
+               for step, tag, value, where in zip(raw["step"], raw["tag"], raw["value"], raw[LOCATION], strict=True)]
+    return pd.DataFrame(records, columns=list(dict.fromkeys(["step", *map(str, raw["tag"]), LOCATION])))
+
+
 def _not_wandb(source: str, run: str) -> RlsimError:
-    return RlsimError(f"--log-run {run!r} applies to a wandb CSV export (\"RUN - KEY\" columns); this log "
-                      "is not one", source=source, field="--log-run",
+    return RlsimError(f"--log-run {run!r} applies to a wandb CSV export (\"RUN - KEY\" columns) or to "
+                      "TensorBoard scalars with a run column; this log is neither", source=source, field="--log-run",
                       fix="drop --log-run (the log holds one run)")
 
 
@@ -416,10 +460,12 @@ def read_run_log(path: str | Path, run: str | None = None) -> RunLog:
         raise RlsimError("run log not found", source=str(path), fix="check the path")
     if path.suffix.lower() == ".csv":
         try:
-            raw = _wandb_columns(_read_csv(path), str(path), run)
+            raw = _read_csv(path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, csv.Error) as exc:
             raise RlsimError(f"cannot read CSV: {exc}", source=str(path)) from None
         raw[LOCATION] = [f"line {row}" for row in range(2, len(raw) + 2)]
+        raw = _tensorboard_records(raw, str(path), run) if _tensorboard_form(raw) else \
+            _wandb_columns(raw, str(path), run)
         notes: list[str] = []
     elif path.suffix.lower() in (".jsonl", ".json", ".log", ".txt"):
         if run is not None:

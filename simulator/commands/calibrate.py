@@ -21,9 +21,10 @@ EXAMPLES = """examples:
   rlsim calibrate --from-log a.jsonl --scenario a.yaml --from-log b.csv --scenario b.yaml \\
       --fit workload.inference.step_overhead_s,topology.device.gemm_efficiency --predict topology.nodes=4
 
---from-log reads verl (timing_s/gen, timing_s/update_actor, ..., timing_s/step) or NeMo RL
-(timing/train/generation, policy_training, ..., total_step_time) per-step logs: JSONL, JSON, CSV or
-a wandb CSV export. It fits --fit (named mechanism parameters, bounded least squares over the
+--from-log reads verl (timing_s/gen, timing_s/update_actor, ..., timing_s/step), NeMo RL
+(timing/train/generation, policy_training, ..., total_step_time), OpenRLHF, SkyRL, TRL and AReaL
+per-step logs (docs/calibration.md names their timers): JSONL, JSON, CSV, a wandb CSV export or
+TensorBoard scalars as a step,tag,value CSV. It fits --fit (named mechanism parameters, bounded least squares over the
 simulator), prints each with its 1-sigma uncertainty, writes them to --out (a YAML whose `set:`
 list is the `rlsim run S --set ...` overlay), and predicts --predict-scenario / --predict setups.
 

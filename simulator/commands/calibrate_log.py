@@ -18,7 +18,8 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
     from .common import positive_int
 
     parser.add_argument("--from-log", action="append", default=[], metavar="LOG",
-                        help="a verl / NeMo RL per-step log (JSONL, JSON, CSV, wandb CSV export); repeatable, "
+                        help="a verl / NeMo RL / OpenRLHF / SkyRL / TRL / AReaL per-step log (JSONL, JSON, CSV, wandb CSV "
+                             "export, TensorBoard scalars as step,tag,value CSV); repeatable, "
                              "each with its --scenario")
     parser.add_argument("--scenario", action="append", default=[], metavar="S",
                         help="the scenario YAML of each --from-log run, in order (one for all is fine)")
@@ -29,7 +30,7 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"warm-up steps of each log left out (default {SKIP_STEPS})")
     parser.add_argument("--max-evaluations", type=positive_int, default=MAX_EVALUATIONS, metavar="N",
                         help=f"least-squares evaluations of the simulator (default {MAX_EVALUATIONS})")
-    parser.add_argument("--log-run", default=None, metavar="NAME", help="the run of a multi-run wandb export")
+    parser.add_argument("--log-run", default=None, metavar="NAME", help="the run of a multi-run wandb export (or TensorBoard scalars)")
     parser.add_argument("--predict", action="append", default=[], metavar="KEY=VALUE",
                         help="predict the (first / --predict-scenario) scenario with this change too (repeatable)")
     parser.add_argument("--predict-scenario", default=None, metavar="S",

@@ -421,3 +421,38 @@ def test_openrlhfs_wandb_and_tensorboard_names_are_read(tmp_path: Path) -> None:
     path.write_text(json.dumps({**rows[0], "timing/generation": 11.0}) + "\n")   # the console's and wandb's names
     with pytest.raises(RlsimError, match="both time generate"):
         read_run_log(path)
+
+
+def test_tensorboard_scalars_in_long_form_are_read_as_one_column_per_tag(tmp_path: Path) -> None:
+    """TensorBoard scalars exported with their tags (tbparse's SummaryReader(DIR).scalars: step, tag,
+    value; TensorBoard's get_scalars(): run, tag, step, value), one row per tag and step, are read
+    as a log of one column per tag; several runs need --log-run; an error names the file's line."""
+    rows = [(1, "timing_s/gen", 12.0), (1, "timing_s/step", 30.0), (2, "timing_s/gen", 11.0),
+            (2, "timing_s/step", 29.0), (1, "actor/pg_loss", 0.3)]
+    path = tmp_path / "scalars.csv"
+    path.write_text("step,tag,value\n" + "".join(f"{s},{t},{v}\n" for s, t, v in rows))
+    log = read_run_log(path)
+    assert log.frame["step"].tolist() == [1, 2]
+    assert log.frame["generate"].tolist() == [12.0, 11.0]
+    assert log.frame["step_s"].tolist() == [30.0, 29.0]
+    assert log.ignored == ["actor/pg_loss"]
+    two = "run,tag,step,value,wall_time\n" + "".join(f"{run},{t},{s},{v},1.0\n" for run in ("a", "b")
+                                                     for s, t, v in rows)
+    path.write_text(two)
+    with pytest.raises(RlsimError, match="2 runs: a, b") as error:
+        read_run_log(path)
+    assert error.value.field == "run"
+    assert read_run_log(path, run="b").frame["generate"].tolist() == [12.0, 11.0]
+    path.write_text("step,tag,value\n1,timing_s/gen,12\n2,timing_s/gen,-1\n")
+    with pytest.raises(RlsimError, match=r"line 3: timing_s/gen is -1 s"):
+        read_run_log(path)
+
+
+def test_a_tensorboard_download_of_one_tag_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    """TensorBoard's per-tag CSV download (Wall time, Step, Value) holds no tag name: said as such."""
+    path = tmp_path / "run-.-tag-timing_s_gen.csv"
+    path.write_text("Wall time,Step,Value\n1700000000.1,1,12.5\n1700000100.2,2,11.9\n")
+    with pytest.raises(RlsimError, match="one TensorBoard tag") as error:
+        read_run_log(path)
+    assert "step, tag, value" in (error.value.fix or "")
+    assert error.value.source == str(path)
