@@ -539,10 +539,36 @@ def _normalize(raw: pd.DataFrame, source: str, notes: Sequence[str] = ()) -> Run
         notes.extend(_without_occasional_work(raw, frame, source))
     notes.extend(_longer_than_the_step(frame, present))
     frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
+    _refuse_cumulative(frame, timing_keys, source)
     known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS, *VERL_OCCASIONAL_KEYS, LOCATION}
     # rlsim's own iterations.csv: its other columns are the step's clock marks and counts, no metrics
     ignored = [] if step_time == RLSIM_STEP_TIME_KEY else sorted(str(c) for c in raw.columns if c not in known)
     return RunLog(frame=frame, source=source, ignored=ignored, notes=notes, timing_keys=timing_keys)
+
+
+# A timing column that, over at least CUMULATIVE_MIN_STEPS steps in step order, grows at every step by
+# at least CUMULATIVE_MIN_GROWTH of its first value is a clock read since the run started (e.g. a
+# wall-clock or runtime column exported under a step-time name), not each step's own seconds: every
+# framework's timers above time one step's phase. A step's own time may grow as responses lengthen,
+# but not by half the first step at every step (after 4 steps 2.5x, after 30 steps 15x the first).
+CUMULATIVE_MIN_STEPS = 4
+CUMULATIVE_MIN_GROWTH = 0.5
+
+
+def _refuse_cumulative(frame: pd.DataFrame, timing_keys: Sequence[str], source: str) -> None:
+    """A cumulative timing (CUMULATIVE_MIN_GROWTH) is refused, naming its column: fitted as per-step
+    seconds it moved the fitted values with only a misfit note to say so."""
+    if len(frame) < CUMULATIVE_MIN_STEPS:
+        return
+    for key in timing_keys:
+        values = frame[STAGE_KEYS.get(key, "step_s")].to_numpy(dtype=float)
+        growth = np.diff(values)
+        if values[0] > 0 and np.all(growth >= CUMULATIVE_MIN_GROWTH * values[0]):
+            shown = ", ".join(f"{v:g}" for v in values[:4])
+            raise RlsimError(f"{key} grows by at least {CUMULATIVE_MIN_GROWTH:g}x its first value at every step "
+                             f"({shown}, ...): a time since the run started, not each step's seconds",
+                             source=source, field=key,
+                             fix=f"log each step's own {key} (the differences of this column), or drop the column")
 
 
 # Work verl does on some steps only, timed under its own name: a checkpoint save and a validation

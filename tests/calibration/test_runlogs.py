@@ -456,3 +456,23 @@ def test_a_tensorboard_download_of_one_tag_is_refused_naming_the_fix(tmp_path: P
         read_run_log(path)
     assert "step, tag, value" in (error.value.fix or "")
     assert error.value.source == str(path)
+
+
+def test_a_cumulative_timing_is_refused_naming_its_column(tmp_path: Path) -> None:
+    """A timing that grows by at least half its first value at every step is a clock since the run
+    started (a wall-clock column under a step-time name), not each step's seconds: the fit had taken
+    it, moving the switch cost of the round trip from 2.0 to 3.3 s with only a misfit note."""
+    path = tmp_path / "cumulative.jsonl"
+    rows = [{"step": step, "timing_s/gen": 10.0 + 0.1 * step, "timing_s/step": 30.0 * step} for step in range(1, 6)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(RlsimError, match="timing_s/step grows by") as error:
+        read_run_log(path)
+    assert error.value.field == "timing_s/step" and error.value.source == str(path)
+    assert "differences" in (error.value.fix or "")
+    # a step time that grows as responses lengthen is a step time: read
+    rows = [{"step": step, "timing_s/gen": 10.0 + step, "timing_s/step": 30.0 + 3 * step} for step in range(1, 30)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert read_run_log(path).frame["step_s"].iloc[-1] == 117.0
+    # three steps cannot tell (a short log of a ramp): read
+    path.write_text("".join(json.dumps({"step": s, "timing_s/step": 30.0 * s}) + "\n" for s in range(1, 4)))
+    assert len(read_run_log(path).frame) == 3
