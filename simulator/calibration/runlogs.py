@@ -528,7 +528,7 @@ def _normalize(raw: pd.DataFrame, source: str, notes: Sequence[str] = ()) -> Run
     for key in [*timing_keys, *(k for k in OTHER_KEYS if k in raw.columns)]:
         values = _numbers(raw, key, source)
         if key in timing_keys:
-            _check_timings(raw, values, key, source)
+            _check_timings(raw, values, key, source, frame["step"].to_numpy())
         infinite = ~np.isfinite(values.to_numpy(dtype=float)) & values.notna().to_numpy()
         if infinite.any():
             row = int(np.flatnonzero(infinite)[0])
@@ -655,7 +655,7 @@ def _one_key_each(stage_keys: Sequence[str], step_keys: Sequence[str], source: s
     return step_keys[0] if step_keys else None
 
 
-def _check_timings(raw: pd.DataFrame, values: pd.Series, key: str, source: str) -> None:
+def _check_timings(raw: pd.DataFrame, values: pd.Series, key: str, source: str, steps: np.ndarray) -> None:
     """A phase time is there, >= 0 and below MAX_LOGGED_S on every step, named by its line and step."""
     missing = values.isna().to_numpy()
     bad = missing | (values < 0).to_numpy() | (values > MAX_LOGGED_S).to_numpy()
@@ -663,7 +663,7 @@ def _check_timings(raw: pd.DataFrame, values: pd.Series, key: str, source: str) 
         return
     row = int(np.flatnonzero(bad)[0])
     if missing[row]:
-        what, fix = "is missing (every step needs each logged phase)", "drop the incomplete steps from the log"
+        what, fix = _missing_timing(key, steps, missing)
     elif values.iloc[row] < 0:
         what, fix = f"is {values.iloc[row]:g} s, below 0", "write the phase's seconds (>= 0); drop the broken step"
     elif not np.isfinite(values.iloc[row]):
@@ -672,6 +672,19 @@ def _check_timings(raw: pd.DataFrame, values: pd.Series, key: str, source: str) 
         what, fix = f"is {values.iloc[row]:g} s, past {MAX_LOGGED_S:g} s: not a phase of one step", \
             "write seconds per phase and step"
     raise RlsimError(f"{row_name(raw, row)}: {key} {what}", source=source, field=key, fix=fix)
+
+
+def _missing_timing(key: str, steps: np.ndarray, missing: np.ndarray) -> tuple[str, str]:
+    """What is wrong with a phase some steps did not log, and the fix: where only the first steps
+    lack it, they are the framework's warm-up (verl's trainer.critic_warmup updates the critic alone
+    for its first steps, ray_trainer.py, with no timing_s/update_actor)."""
+    absent = np.sort(steps[missing])
+    if missing.all() or absent.max() >= steps[~missing].min():
+        return "is missing (every step needs each logged phase)", "drop the incomplete steps from the log"
+    shown = ", ".join(str(step) for step in absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+    return (f"is missing at the first {len(absent)} steps ({shown}) and logged from step {steps[~missing].min()} on",
+            f"drop steps {shown} from the log: a warm-up (verl's trainer.critic_warmup updates the critic alone for "
+            f"its first steps) is no step of the run to fit")
 
 
 def _longer_than_the_step(frame: pd.DataFrame, stage_keys: Sequence[str]) -> list[str]:

@@ -476,3 +476,17 @@ def test_a_cumulative_timing_is_refused_naming_its_column(tmp_path: Path) -> Non
     # three steps cannot tell (a short log of a ramp): read
     path.write_text("".join(json.dumps({"step": s, "timing_s/step": 30.0 * s}) + "\n" for s in range(1, 4)))
     assert len(read_run_log(path).frame) == 3
+
+
+def test_a_phase_missing_from_the_first_steps_only_says_they_lead_and_why(tmp_path: Path) -> None:
+    """verl's PPO with trainer.critic_warmup N updates the critic alone for its first steps (ray_trainer.py:
+    `if critic_warmup <= global_steps:` around update_actor), so timing_s/update_actor starts at step N:
+    the error says the steps lead the log, and that dropping them (warm-up) is the fix."""
+    path = tmp_path / "critic-warmup.jsonl"
+    rows = [{"step": step, "timing_s/gen": 10.0, "timing_s/values": 2.0, "timing_s/step": 20.0,
+             **({"timing_s/update_actor": 5.0} if step > 2 else {})} for step in range(1, 6)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in reversed(rows)))   # file order does not matter
+    with pytest.raises(RlsimError, match=r"line 4: timing_s/update_actor is missing at the first 2 steps \(1, 2\)"
+                       ) as error:
+        read_run_log(path)
+    assert "critic_warmup" in error.value.fix and "drop steps 1, 2" in error.value.fix
