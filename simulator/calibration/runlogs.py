@@ -356,7 +356,8 @@ def _no_nan(record: dict[str, Any], source: str, where: str) -> dict[str, Any]:
 
 def _wandb_columns(raw: pd.DataFrame, source: str, run: str | None) -> pd.DataFrame:
     """A wandb panel export ("RUN - KEY" columns, with __MIN / __MAX aggregates) as one run's columns."""
-    runs = sorted({c.split(WANDB_RUN_SEPARATOR, 1)[0] for c in raw.columns if WANDB_RUN_SEPARATOR in c})
+    # the run's display name may hold the separator itself ("qwen7b - grpo"); a metric name does not
+    runs = sorted({c.rpartition(WANDB_RUN_SEPARATOR)[0] for c in raw.columns if WANDB_RUN_SEPARATOR in c})
     if not runs:
         if run is not None:
             raise _not_wandb(source, run)
@@ -370,7 +371,7 @@ def _wandb_columns(raw: pd.DataFrame, source: str, run: str | None) -> pd.DataFr
                          fix=f"use one of: {', '.join(runs)}")
     keep: dict[str, str] = {}
     for column in raw.columns:
-        name, sep, key = column.partition(WANDB_RUN_SEPARATOR)
+        name, sep, key = column.rpartition(WANDB_RUN_SEPARATOR)
         if not sep:
             keep[column] = column
         elif name == chosen and not key.endswith(WANDB_AGGREGATE_SUFFIXES):

@@ -490,3 +490,15 @@ def test_a_phase_missing_from_the_first_steps_only_says_they_lead_and_why(tmp_pa
                        ) as error:
         read_run_log(path)
     assert "critic_warmup" in error.value.fix and "drop steps 1, 2" in error.value.fix
+
+
+def test_a_wandb_run_name_may_hold_the_separator(tmp_path: Path) -> None:
+    """wandb's panel export writes "RUN - KEY" with the run's display name as given (verl passes its
+    trainer.experiment_name): a name such as "qwen7b - grpo" holds " - " itself, and its timings were
+    read as the run "qwen7b"'s metric "grpo - timing_s/gen" (no stage timing found)."""
+    path = tmp_path / "wandb_export.csv"
+    path.write_text("Step,qwen7b - grpo - timing_s/gen,qwen7b - grpo - timing_s/gen__MIN,qwen7b - grpo - timing_s/step\n"
+                    "1,10,9,20\n2,12,11,22\n")
+    log = read_run_log(path)
+    assert log.frame["generate"].tolist() == [10.0, 12.0] and log.frame["step_s"].tolist() == [20.0, 22.0]
+    assert read_run_log(path, run="qwen7b - grpo").frame["generate"].tolist() == [10.0, 12.0]
