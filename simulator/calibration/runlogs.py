@@ -249,9 +249,9 @@ def _json_object(text: str, source: str, where: str) -> dict[str, Any]:
     return record
 
 
-# verl's console logger prints a step as 'step:N - key:value - key:value' (values to 3 decimals;
-# verl/utils/logger/aggregate_logger.py concat_dict_to_str, read from memory of the public code),
-# after whatever prefix the process adds (Ray's '(TaskRunner pid=...)').
+# verl's console logger prints a step as 'step:N - key:value - key:value', each number in full
+# (verl 0.7.0 verl/utils/logger/aggregate_logger.py concat_dict_to_str: f"{k}:{pprint.pformat(v)}",
+# read in its wheel), after whatever prefix the process adds (Ray's '(TaskRunner pid=...)').
 VERL_CONSOLE_LINE = re.compile(r"(?:^|\s)step:(\d+) - (\S+:\S+(?: - \S+:\S+)*)\s*$")
 
 
