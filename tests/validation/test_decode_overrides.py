@@ -25,11 +25,25 @@ def _fields_read(predict) -> set[str]:
     return seen
 
 
+# The switch of a step these cases do not price: a speculative step (the published decode steps run
+# without speculation). StepCost reads it to find it off; the cases refuse the speculative keys (tested).
+_OFF_SWITCHES = {"speculative_method"}
+
+
 def test_the_keys_each_case_takes_are_the_fields_its_step_price_reads():
-    expert = _fields_read(lambda o: decode._r1_decode(True, o)) | _fields_read(decode._r1_prefill)
-    dense = _fields_read(lambda o: decode._llama_decode(8, o))
+    expert = (_fields_read(lambda o: decode._r1_decode(True, o)) | _fields_read(decode._r1_prefill)) - _OFF_SWITCHES
+    dense = _fields_read(lambda o: decode._llama_decode(8, o)) - _OFF_SWITCHES
     assert dense == set(decode.STEP_KEYS)
     assert expert == set(decode.STEP_KEYS) | set(decode.EXPERT_PARALLEL_KEYS)
+
+
+def test_the_speculative_keys_are_refused_by_the_decode_cases(capsys):
+    from simulator.cli import main
+
+    for case in ("V3", "V5"):
+        assert main(["validate", "--case", case, "--set", "workload.inference.speculative_method=eagle"]) == 2
+        err = capsys.readouterr().err
+        assert "field 'workload.inference.speculative_method'" in err and "do not take" in err
 
 
 @pytest.mark.parametrize("argv, field", [
