@@ -7,8 +7,9 @@ decided; the planner (issue 7) replaces it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import permutations
 from typing import Any
 
 from ..errors import RlsimError
@@ -59,11 +60,13 @@ def split_warning(schedule: ScheduleConfig, n_devices: int, pools: dict[str, Poo
 
 
 def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
-                train_group_devices: int, source: str = "<scenario>", unit_text: str = "") -> dict[str, Pool]:
+                train_group_devices: int, source: str = "<scenario>", unit_text: str = "",
+                node_of: Callable[[int], int] | None = None) -> dict[str, Pool]:
     """colocated: {actor} (fuse=full), with schedule.aux_devices {actor, aux-reward} (verl's reward
     pool after the actor's devices), or {actor, aux} (fuse=actor); otherwise {rollout, train}, and
-    with schedule.aux_devices {rollout, train, aux}: the aux pool's devices set apart first, after the
-    training pool's, the rest split.
+    with schedule.aux_devices {rollout, train, aux...}: the aux pools' devices set apart first, laid
+    after the training pool's each on the fewest nodes (lay_out_pools; ``node_of``: a rank's node,
+    Topology.node_of; None: in aux_pool_sizes' order), the rest split.
     ``train_group_devices``: the training pool's granule (TrainLayout.pool_unit: whole replicas that
     also fold the experts), so a split that the fraction would put between granules rounds to one;
     ``unit_text`` what makes it (TrainLayout.pool_unit_text), said when none fits."""
@@ -92,9 +95,37 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
     aux = _aux_devices(schedule, n_devices, instance_devices, train_group_devices, source)
     pools = _split(schedule, n_devices - aux, instance_devices, train_group_devices, source, why)
     used = pools["train"].start + pools["train"].count
-    for name, count in aux_pool_sizes(schedule).items():
-        pools[name] = Pool(name, used, count)
-        used += count
+    pools.update(lay_out_pools(used, aux_pool_sizes(schedule), node_of))
+    return pools
+
+
+def lay_out_pools(start: int, sizes: Mapping[str, int], node_of: Callable[[int], int] | None) -> dict[str, Pool]:
+    """Pools of ``sizes`` devices, one contiguous rank range each, filling ranks from ``start`` on
+    without a gap, in the order that puts them on the fewest nodes (the least sum over the pools of
+    the nodes each spans: a pool that fits in one node lands inside one where the free devices
+    allow), ties in the order of ``sizes``; without ``node_of`` in that order. It models the
+    frameworks' placement: OpenRLHF 0.11.2 creates a Ray placement group per model, its GPU bundles
+    under strategy PACK (openrlhf/trainer/ray/launcher.py RayActorGroup._initiate_actors,
+    openrlhf/cli/train_ppo_ray.py), which Ray packs on as few nodes as it can; verl 0.7.0 one group
+    per node of a resource pool under STRICT_PACK (verl/single_controller/ray/base.py
+    RayResourcePool.get_placement_groups). The pools are few (three aux models, two served ones):
+    every order is tried."""
+    spans: dict[tuple[int, int], int] = {}
+
+    def nodes_spanned(first: int, count: int) -> int:
+        if (first, count) not in spans:
+            spans[first, count] = len({node_of(rank) for rank in range(first, first + count)}) if node_of else 1
+        return spans[first, count]
+
+    def total_spans(order: tuple[str, ...]) -> int:
+        firsts = [start + sum(sizes[name] for name in order[:i]) for i in range(len(order))]
+        return sum(nodes_spanned(first, sizes[name]) for first, name in zip(firsts, order, strict=True))
+
+    best = min(permutations(sizes), key=total_spans)   # min keeps the first of equals: ``sizes``' order
+    pools, first = {}, start
+    for name in best:
+        pools[name] = Pool(name, first, sizes[name])
+        first += sizes[name]
     return pools
 
 
@@ -112,9 +143,10 @@ def served_devices(workload: Any) -> dict[str, int]:
 
 
 def served_pools(workload: Any, n_devices: int, engine_devices: Callable[[str], int],
-                 source: str = "<scenario>") -> dict[str, Pool]:
+                 source: str = "<scenario>", node_of: Callable[[int], int] | None = None) -> dict[str, Pool]:
     """The served models' pools, after the devices the schedule's pools are built on: each its
-    ``devices`` (served_devices), whole engines of ``engine_devices(role)`` (tp x ep) each."""
+    ``devices`` (served_devices), whole engines of ``engine_devices(role)`` (tp x ep) each, laid out
+    each on the fewest nodes (lay_out_pools; ties in verl's order, SERVED_FIELDS)."""
     sizes = served_devices(workload)
     start = n_devices - sum(sizes.values())
     for role, count in sizes.items():
@@ -128,11 +160,7 @@ def served_pools(workload: Any, n_devices: int, engine_devices: Callable[[str], 
         raise RlsimError(f"{given} devices leave none of the job's {n_devices} to train and generate",
                          source=source, field=f"{SERVED_FIELDS[next(iter(sizes))]}.devices",
                          fix=f"give fewer than {n_devices} in all, or a topology with more devices")
-    pools = {}
-    for role, count in sizes.items():
-        pools[role] = Pool(role, start, count)
-        start += count
-    return pools
+    return lay_out_pools(start, sizes, node_of)
 
 
 def role_pool(schedule: ScheduleConfig, role: str) -> str:
@@ -150,10 +178,14 @@ def role_pool(schedule: ScheduleConfig, role: str) -> str:
 
 
 def aux_pool_sizes(schedule: ScheduleConfig) -> dict[str, int]:
-    """schedule.aux_devices as pools: {"aux": N}, or {"aux-<group>": N} per model group."""
+    """schedule.aux_devices as pools: {"aux": N}, or {"aux-<group>": N} per model group, the largest
+    first, then by name: a fixed order, whatever the order of the YAML mapping (which is unordered: a
+    round trip through yaml.safe_dump sorts it), in which the pools are laid out (lay_out_pools: ties)
+    and their clocks run."""
     given = schedule.aux_devices
     if isinstance(given, dict):
-        return {f"aux-{group}": count for group, count in given.items()}
+        return dict(sorted(((f"aux-{group}", count) for group, count in given.items()),
+                           key=lambda pool: (-pool[1], pool[0])))
     return {"aux": given} if given else {}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import assume, given
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from simulator.errors import RlsimError
 from simulator.llm.train_layout import TrainLayout
-from simulator.rl.pools import Pool, build_pools
+from simulator.rl.pools import Pool, aux_pool_sizes, build_pools, lay_out_pools, served_pools
 from simulator.scenario import ScheduleConfig
 
 
@@ -73,9 +74,9 @@ def test_aux_devices_are_set_apart_before_the_split() -> None:
     assert real == {"rollout": Pool("rollout", 0, 4), "train": Pool("train", 4, 6), "aux": Pool("aux", 10, 6)}
     per_model = build_pools(ScheduleConfig(kind="disaggregated", rollout_devices=4,
                                            aux_devices={"reference": 2, "critic+reward": 4}), 16, 2, 2)
-    assert per_model == {"rollout": Pool("rollout", 0, 4), "train": Pool("train", 4, 6),
-                         "aux-reference": Pool("aux-reference", 10, 2),
-                         "aux-critic+reward": Pool("aux-critic+reward", 12, 4)}
+    assert per_model == {"rollout": Pool("rollout", 0, 4), "train": Pool("train", 4, 6),   # the largest first
+                         "aux-critic+reward": Pool("aux-critic+reward", 10, 4),
+                         "aux-reference": Pool("aux-reference", 14, 2)}
 
 
 @pytest.mark.parametrize(("schedule", "n", "inst", "group", "field"), [
@@ -218,3 +219,85 @@ def test_a_pool_unit_too_large_says_what_makes_it():
     with pytest.raises(RlsimError, match="ep 8 x etp 4"):
         build_pools(_Schedule("colocated"), 16, 4, lay.pool_unit, unit_text=lay.pool_unit_text())
     assert TrainLayout(tp=4).pool_unit_text() == "tp 4 x cp 1 x pp 1 = 4"
+
+
+def _node_of(devices_per_node: int):
+    return lambda rank: rank // devices_per_node
+
+
+def _spans(pool: Pool, devices_per_node: int) -> int:
+    return len({rank // devices_per_node for rank in pool.ranks})
+
+
+def test_openrlhf_async_aux_pools_fill_a_node_in_either_order() -> None:
+    """OpenRLHF's async example on 4 nodes of 8: engines 0-7, actor 8-15, then reference 4, critic 8,
+    reward 4. Laid out in the mapping's order the critic took 20-27, across two nodes, and
+    {critic, reference, reward} 16-23, inside one (its update 42.1 vs 39.0 s a step): both orders now
+    give the critic node 2 whole, the reference and reward node 3."""
+    want = {"rollout": Pool("rollout", 0, 8), "train": Pool("train", 8, 8),
+            "aux-critic": Pool("aux-critic", 16, 8), "aux-reference": Pool("aux-reference", 24, 4),
+            "aux-reward": Pool("aux-reward", 28, 4)}
+    for aux in ({"reference": 4, "critic": 8, "reward": 4}, {"critic": 8, "reference": 4, "reward": 4}):
+        pools = build_pools(ScheduleConfig(kind="one-step-off", rollout_devices=8, aux_devices=aux), 32, 1, 4,
+                            node_of=_node_of(8))
+        assert list(pools.items()) == list(want.items())
+
+
+def test_a_pool_that_fits_in_a_node_lands_inside_one_where_the_free_devices_allow() -> None:
+    # free devices 20-31 of nodes of 8: the 4 fill node 2's rest, the 8 take node 3 (not 20-27 and 28-31)
+    assert lay_out_pools(20, {"a": 8, "b": 4}, _node_of(8)) == {"b": Pool("b", 20, 4), "a": Pool("a", 24, 8)}
+    # 18-33: no order keeps both 8s in one node; the tie keeps the given order, every device used
+    assert lay_out_pools(18, {"a": 8, "b": 8}, _node_of(8)) == {"a": Pool("a", 18, 8), "b": Pool("b", 26, 8)}
+    # no nodes known: the given order
+    assert lay_out_pools(20, {"a": 8, "b": 4}, None) == {"a": Pool("a", 20, 8), "b": Pool("b", 28, 4)}
+
+
+def test_served_pools_are_packed_on_nodes_too_ties_in_verls_order() -> None:
+    """A served reward model of 8 and a teacher of 4 after 20 devices of nodes of 8: verl's order put
+    the reward model on 20-27 across two nodes; it takes node 3 and the teacher 20-23. Without nodes,
+    or where the order ties, verl's (reward pool, then teacher pool)."""
+    workload = SimpleNamespace(reward=SimpleNamespace(served=SimpleNamespace(devices=8)),
+                               distillation=SimpleNamespace(devices=4))
+    engine = {"reward_model": 4, "teacher": 4}.__getitem__
+    assert served_pools(workload, 32, engine, node_of=_node_of(8)) == {
+        "teacher": Pool("teacher", 20, 4), "reward_model": Pool("reward_model", 24, 8)}
+    assert served_pools(workload, 32, engine) == {
+        "reward_model": Pool("reward_model", 20, 8), "teacher": Pool("teacher", 28, 4)}
+    workload.distillation.devices = 8
+    assert served_pools(workload, 32, engine, node_of=_node_of(8)) == {
+        "reward_model": Pool("reward_model", 16, 8), "teacher": Pool("teacher", 24, 8)}
+
+
+_GROUPINGS = [["reference", "critic", "reward"], ["reference", "critic+reward"], ["critic", "reference+reward"],
+              ["reference+critic+reward"], ["reference", "critic"], ["reward"]]
+
+
+@given(st.sampled_from(_GROUPINGS).flatmap(lambda groups: st.tuples(st.permutations(groups), st.lists(
+           st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16]), min_size=len(groups), max_size=len(groups)))),
+       st.sampled_from([2, 4, 8, 16]), st.integers(1, 24), st.integers(1, 24))
+def test_aux_pools_do_not_depend_on_the_mapping_order(drawn, devices_per_node, rollout, train) -> None:
+    """Any order of the aux_devices mapping gives the same pools in the same order; they tile the
+    devices after the training pool, no device in two pools, every device in one."""
+    groups, counts = drawn
+    given_order = dict(zip(groups, counts, strict=True))
+    n = rollout + train + sum(counts)
+    pools = build_pools(ScheduleConfig(kind="disaggregated", rollout_devices=rollout, aux_devices=given_order), n, 1,
+                        1, node_of=_node_of(devices_per_node))
+    fixed = build_pools(ScheduleConfig(kind="disaggregated", rollout_devices=rollout,
+                                       aux_devices=dict(sorted(given_order.items()))), n, 1, 1,
+                        node_of=_node_of(devices_per_node))
+    assert list(pools.items()) == list(fixed.items())
+    _check_layout(pools, n)
+    assert sorted(rank for pool in pools.values() for rank in pool.ranks) == list(range(n))
+    assert {name: pool.count for name, pool in pools.items() if name.startswith("aux-")} == {
+        f"aux-{group}": count for group, count in given_order.items()}
+
+
+@given(st.lists(st.sampled_from([1, 2, 4, 8, 16, 32]), min_size=1, max_size=3), st.integers(0, 4))
+def test_pools_of_node_granules_from_a_node_boundary_each_take_their_fewest_nodes(counts, first_node) -> None:
+    """Pools of 1, 2, 4, 8 devices (or whole nodes of 8) laid from a node's first device: each lands on
+    the fewest nodes it can (inside one where it fits), as Ray's PACK puts a placement group."""
+    schedule = ScheduleConfig(kind="disaggregated", aux_devices={
+        group: count for group, count in zip(["reference", "critic", "reward"], counts, strict=False)})
+    pools = lay_out_pools(8 * first_node, aux_pool_sizes(schedule), _node_of(8))
+    assert all(_spans(pool, 8) == -(-pool.count // 8) for pool in pools.values())

@@ -54,9 +54,12 @@ def run_schedule(scenario: Scenario, costs: Costs, n_devices: int, prompt_sample
     policy = registry.get(sched.kind, scenario.source)
     check_before_pools(scenario, policy)
     template = getattr(costs, "train_template", None)   # LlmCosts': what makes its pool unit
-    served = served_pools(scenario.workload, n_devices, costs.served_instance_devices, scenario.source)
+    topology = getattr(costs, "topology", None)         # LlmCosts': the nodes the side pools are packed on
+    node_of = topology.node_of if topology is not None else None
+    served = served_pools(scenario.workload, n_devices, costs.served_instance_devices, scenario.source, node_of)
     pools = build_pools(sched, n_devices - sum(pool.count for pool in served.values()), costs.instance_devices,
-                        costs.train_pool_unit, scenario.source, template.pool_unit_text() if template is not None else "")
+                        costs.train_pool_unit, scenario.source, template.pool_unit_text() if template is not None else "",
+                        node_of)
     pools.update(served)
     check_with_pools(scenario, costs, pools)
     ctx = Context(scenario, costs, n_devices, pools, prompt_sampler, response_sampler, Simulation(scenario.seed),
