@@ -183,9 +183,9 @@ def aux_pool_sizes(schedule: ScheduleConfig) -> dict[str, int]:
     round trip through yaml.safe_dump sorts it), in which the pools are laid out (lay_out_pools: ties)
     and their clocks run."""
     given = schedule.aux_devices
-    if isinstance(given, dict):
-        return dict(sorted(((f"aux-{group}", count) for group, count in given.items()),
-                           key=lambda pool: (-pool[1], pool[0])))
+    if isinstance(given, dict):   # a group's roles in any order ('critic+reward', 'reward+critic') sort alike
+        order = sorted(given, key=lambda group: (-given[group], "+".join(sorted(group.split("+")))))
+        return {f"aux-{group}": given[group] for group in order}
     return {"aux": given} if given else {}
 
 

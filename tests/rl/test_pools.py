@@ -268,6 +268,20 @@ def test_served_pools_are_packed_on_nodes_too_ties_in_verls_order() -> None:
         "reward_model": Pool("reward_model", 16, 8), "teacher": Pool("teacher", 24, 8)}
 
 
+def test_a_groups_roles_in_either_order_take_the_same_place() -> None:
+    """'critic+reward' and 'reward+critic' name one group: written either way it sorts alike against the
+    others (the pools' order and ties), only its name as written differs."""
+    def layout(joined: str) -> list[tuple[int, int]]:
+        pools = build_pools(ScheduleConfig(kind="one-step-off", rollout_devices=8,
+                                           aux_devices={"reference": 4, joined: 4}), 24, 1, 4, node_of=_node_of(8))
+        return [(pool.start, pool.count) for pool in pools.values()]
+
+    assert layout("critic+reward") == layout("reward+critic")
+    assert list(aux_pool_sizes(ScheduleConfig(kind="one-step-off", rollout_devices=8,
+                                              aux_devices={"reward+critic": 4, "reference": 4}))) == [
+        "aux-reward+critic", "aux-reference"]
+
+
 _GROUPINGS = [["reference", "critic", "reward"], ["reference", "critic+reward"], ["critic", "reference+reward"],
               ["reference+critic+reward"], ["reference", "critic"], ["reward"]]
 
