@@ -48,7 +48,7 @@ from .planner import (
 )
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
-from .rl.packing import heaviest_micro_batch, micro_batch_order
+from .rl.packing import heaviest_micro_batch, micro_batch_order, samples_per_micro_batch
 from .rl.pools import aux_pool_sizes, served_devices
 from .rl.schedules.batches import draw_lengths
 from .rl.schedules.failures import ReplanOutcome
@@ -179,6 +179,38 @@ def heaviest_micro_batch_of(sc: Scenario, row: int, trained: Sequence[np.ndarray
             hit = memo[(rows, dp)] = worst
         return hit
     return heaviest
+
+
+def micro_batch_counts_of(sc: Scenario, row: int, trained: Sequence[np.ndarray] = ()
+                          ) -> Callable[[int, int], set[int]]:
+    """TrainingEvaluator's ``micro_batch_counts``: the DP replicas' micro-batch counts the run forms
+    for a candidate's (micro_batch, dp) on each optimizer step of the memory check's draws
+    (memory_check_batches; ``trained``: batches an earlier run trained), as LlmCosts forms them: the
+    samples a micro-batch rl/packing.py micro_batch_permutation takes (token-balanced on packed
+    data: about micro_batch rows of ``row`` tokens at the step's mean length; else micro_batch), cut
+    as the run's sampler cuts them (training.sampler_micro_batch_counts); PPO's critic's own
+    micro-batch (workload.critic_batching) too where it trains on the actor's devices. The count
+    varies with the drawn lengths under token balancing: qwen3-30b-a3b at DP 2 took 128 or 103, and
+    an interleaved pipeline of pp 2 the planner ranked first was refused at 103 (a planner review)."""
+    from .llm.training import sampler_micro_batch_counts
+    from .rl.llm_costs import critic_beside_actor
+
+    batches = memory_check_batches(sc) + list(trained)
+    balanced = sc.schedule.micro_batching == "balanced" and sc.schedule.distqueue.packed
+    batching = sc.workload.critic_batching
+    critic_rows = batching.micro_batch if batching is not None and critic_beside_actor(sc) else None
+    memo: dict[tuple[int, int], set[int]] = {}
+
+    def samples(lens: np.ndarray, rows: int, dp: int) -> int:   # micro_batch_permutation's
+        return samples_per_micro_batch(lens, float(row), rows, dp) if balanced else rows
+
+    def counts(rows: int, dp: int) -> set[int]:
+        hit = memo.get((rows, dp))
+        if hit is None:
+            hit = memo[(rows, dp)] = {m for mb in {rows, critic_rows or rows} for lens in batches
+                                      for m in sampler_micro_batch_counts(len(lens), samples(lens, mb, dp), dp)}
+        return hit
+    return counts
 
 
 def step_sequences_of(sc: Scenario, row: int) -> Callable[[int, int], tuple[int, np.ndarray]]:
@@ -421,6 +453,7 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
                                                    heaviest=heaviest_micro_batch_of(sc, row, trained),
                                                    also_trains_on=consolidated_train_devices(sc, len(train_ranks)),
                                                    step_sequences=step_sequences_of(sc, row), packing=step_packing(sc),
+                                                   micro_batch_counts=micro_batch_counts_of(sc, row, trained),
                                                    rollout_phase=rollout_phase_check(sc, model, params),
                                                    pools_check=aux_pool_check(sc, topology))
         with engine_named(sc):
@@ -603,12 +636,14 @@ class PlannerReplanner:
                                               heaviest=heaviest_micro_batch_of(self.sc, row),
                                               also_trains_on=lambda n: consolidated_train_devices(self.sc, n),
                                               step_sequences=step_sequences_of(self.sc, row),
+                                              micro_batch_counts=micro_batch_counts_of(self.sc, row),
                                               packing=step_packing(self.sc))
         evaluator = base
         if accept is not None:
             def evaluator(c: TrainChoice, ranks: list[int]):
                 accept(c.as_dict())   # an RlsimError marks the layout infeasible, as a memory miss does
                 return base(c, ranks)
+            evaluator.micro_batch_counts = base.micro_batch_counts   # the search judges interleaving on them
         wide = train_space(self.settings.space, self.sc.workload.train_software, self.sc.planner, packed_step=True)
         kept = None if usable is None or self.sc.schedule.effective_placement != "colocated" \
             else lambda n, choice: usable(n, choice.as_dict())

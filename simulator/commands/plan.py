@@ -70,6 +70,7 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     from ..autoplan import (
         consolidated_train_devices,
         heaviest_micro_batch_of,
+        micro_batch_counts_of,
         params_beside_engine,
         planning_ranks,
         step_packing,
@@ -128,6 +129,8 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
             # and times it on an optimizer step of drawn lengths in the run's micro-batches
             "step_sequences": step_sequences_of(scn, row_len) if from_step else None,
             "step_packing": step_packing(scn) if from_step else None,
+            # and an interleaved pipeline on the micro-batch counts the run forms
+            "micro_batch_counts": micro_batch_counts_of(scn, row_len) if from_step else None,
             # the usable HBM beside a resident engine (schedule.switch.engine_resident), as the run judges it
             # (the scenario's planner.rollout share for a planned engine, as layout: auto takes it)
             "params": params_beside_engine(scn, planner_settings(scn.planner).rollout) if from_step else None,
@@ -300,6 +303,7 @@ class _Counted:
     def __init__(self, evaluator: Any, progress: Any) -> None:
         self.evaluator, self.progress, self.done = evaluator, progress, 0
         self.params = getattr(evaluator, "params", None)   # the constants it costs with (an error's arithmetic)
+        self.micro_batch_counts = getattr(evaluator, "micro_batch_counts", None)   # the run's, the search judges VPP on
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.done += 1
@@ -349,6 +353,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                                                    also_trains_on=inp["also_trains_on"],
                                                    step_sequences=inp["step_sequences"],
                                                    packing=inp["step_packing"] or "none",
+                                                   micro_batch_counts=inp["micro_batch_counts"],
                                                    # a colocated engine's share beside the resident state, as the run
                                                    rollout_phase=rollout_phase_check(inp["scenario"], model, inp["params"])
                                                    if inp["params"] is not None else None,

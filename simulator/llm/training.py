@@ -457,6 +457,18 @@ def _sampler_micro_batches(seqs: np.ndarray, layout: TrainLayout, packing: str,
     return out, None if head is None else heads
 
 
+def sampler_micro_batch_counts(n: int, b: int, dp: int) -> set[int]:
+    """The micro-batch counts of the DP replicas `_sampler_micro_batches` cuts ``n`` samples into, ``b``
+    a micro-batch: ceil(n / (b dp)) micro-batch steps, the last one's samples on its first replicas
+    (b each), the replicas past them one micro-batch fewer (a replica with none is dropped). An
+    interleaved pipeline refuses a count that is not a multiple of pp (llm/pipeline.py)."""
+    if n <= 0:
+        return set()
+    steps = -(-n // (b * dp))
+    filled = -(-(n - (steps - 1) * b * dp) // b)   # replicas with a sample in the last step
+    return {steps} | ({steps - 1} if filled < dp and steps > 1 else set())
+
+
 def _balanced_dp_split(seqs: np.ndarray, dp: int) -> list[np.ndarray]:
     """The batch over the dp ranks (_balanced_dp_indices): each rank's lengths longest first."""
     return [seqs[members] for members in _balanced_dp_indices(seqs, dp)]

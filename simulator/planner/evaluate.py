@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ class TrainingEvaluator:
                  packing: str = "none",
                  rollout_phase: Callable[[TrainLayout, float], None] | None = None,
                  pools_check: Callable[[TrainLayout, int], None] | None = None,
+                 micro_batch_counts: Callable[[int, int], Collection[int]] | None = None,
                  beside: Sequence[tuple[Any, str, Callable[[TrainLayout, float], float],
                                         Callable[[TrainLayout], TrainLayout]]] = ()) -> None:
         """``heaviest(rows, dp)``: (samples per micro-batch, tokens, micro-batches per replica) of the
@@ -54,7 +55,10 @@ class TrainingEvaluator:
         ``rollout_phase(layout, hbm)``: raises RlsimError where a colocated engine's share of HBM beside
         what the layout leaves resident through the rollout overflows a device (autoplan.rollout_phase_check).
         ``pools_check(layout, devices)``: raises RlsimError where the run's pools would not train the layout on
-        the candidate's devices or an aux pool would not hold it (autoplan.aux_pool_check, fuse: actor)."""
+        the candidate's devices or an aux pool would not hold it (autoplan.aux_pool_check, fuse: actor).
+        ``micro_batch_counts(micro_batch, dp)``: the replicas' micro-batch counts of the run's steps
+        (autoplan.micro_batch_counts_of), which the search judges an interleaved pipeline on
+        (search.enumerate_train_choices) where the global batch's rows are not the run's micro-batches."""
         self.model, self.topology = model, topology
         self.heaviest = heaviest
         self.also_trains_on = also_trains_on
@@ -62,6 +66,7 @@ class TrainingEvaluator:
         self.step_sequences, self.packing = step_sequences, packing
         self.beside = tuple(beside)
         self.rollout_phase, self.pools_check = rollout_phase, pools_check
+        self.micro_batch_counts = micro_batch_counts
         self.sequences = uniform_sequences(global_batch, seq_len)
         self.global_batch, self.seq_len = int(global_batch), int(seq_len)
         self.params = params or TrainParams()

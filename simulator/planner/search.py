@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -193,7 +193,9 @@ def _powers_of_two(limit: int) -> list[int]:
 
 
 def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq_len: int,
-                            space: SearchSpace | None = None) -> tuple[list[TrainChoice], Counter]:
+                            space: SearchSpace | None = None,
+                            micro_batch_counts: Callable[[int, int], Collection[int]] | None = None
+                            ) -> tuple[list[TrainChoice], Counter]:
     """Every layout that divides the model, the devices and the batch; and why the rest were dropped.
 
     Rules (Megatron-LM / MCore constraints): TP divides the query heads and either divides the KV
@@ -203,6 +205,9 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
     causal split); EP divides the experts and EP x etp divides TP x DP x CP (etp = tp unless the space gives etp); DP*micro_batch divides the global batch;
     ZeRO > 0 needs DP > 1 (otherwise it equals ZeRO 0); each `zero_shard_size` below dp x cp that
     divides it (and whose copies divide the expert-DP group) adds the layout sharded within such groups.
+    ``micro_batch_counts(micro_batch, dp)``: the replicas' micro-batch counts the run forms (a
+    scenario's optimizer steps: autoplan.micro_batch_counts_of), which VPP judges in place of
+    global_batch / (dp x micro_batch), a count of packed rows the run does not have.
     """
     space = space or SearchSpace()
     pruned: Counter = Counter()
@@ -250,8 +255,8 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
         if (global_batch % (dp * mb) if space.exact_batch else global_batch < dp * mb):
             pruned["batch"] += 1
             continue
-        m = global_batch // (dp * mb)
-        if vpp > 1 and m % pp:
+        if vpp > 1 and any(m % pp for m in (micro_batch_counts(mb, dp) if micro_batch_counts is not None
+                                             else (global_batch // (dp * mb),))):
             pruned["vpp_microbatches"] += 1
             continue
         if zero > 0 and dp == 1:
@@ -325,7 +330,9 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     if evaluator is None:
         from .evaluate import TrainingEvaluator
         evaluator = TrainingEvaluator(model, topology, global_batch, seq_len)
-    choices, pruned = enumerate_train_choices(model, len(ranks), global_batch, seq_len, space)
+    # the evaluator's micro-batch counts of the run's steps (TrainingEvaluator.micro_batch_counts), if any
+    choices, pruned = enumerate_train_choices(model, len(ranks), global_batch, seq_len, space,
+                                              getattr(evaluator, "micro_batch_counts", None))
     rc_rank = {r: i for i, r in enumerate(_RECOMPUTE_ORDER)}
     choices.sort(key=lambda c: (_structure(c), rc_rank.get(c.recompute, 99)))
     fitted: set[tuple] = set()

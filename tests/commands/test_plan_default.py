@@ -358,3 +358,41 @@ def test_plan_on_fuse_actor_lists_layouts_its_aux_pool_runs(tmp_path, capsys):
         assert row["devices"] == 14 and 2 % (lay["tp"] * lay["pp"] * lay["cp"]) == 0
     best = {k: v for k, v in rows[0]["layout"].items() if k != "dp"}
     simulator.simulate(scenario, iterations=1, overrides=[*sets, f"workload.train_layout={json.dumps(best)}"])
+
+
+
+def _plans_and_runs(capsys, scenario, layout: dict, sets: list[str]) -> tuple[bool, bool]:
+    """(plan lists the one layout its space is narrowed to, `rlsim run` takes it for an iteration)."""
+    narrowed = [f"planner.space.{key}=[{value}]" for key, value in layout.items()]
+    code = main(["plan", str(scenario), "--json", "--top", "1", *[a for s in [*sets, *narrowed] for a in ("--set", s)]])
+    out = capsys.readouterr()
+    assert code == 0 or "no training layout" in out.err, out.err
+    try:
+        simulator.simulate(scenario, iterations=1, overrides=[*sets, f"workload.train_layout={json.dumps(layout)}"])
+    except simulator.RlsimError as exc:
+        assert exc.fields[0] == "workload.train_layout.vpp", exc   # the micro-batch count, nothing else
+        return code == 0, False
+    return code == 0, True
+
+
+@pytest.mark.parametrize("micro_batching, layout, runs", [
+    # token-balanced micro-batches of drawn lengths: 4 or 5 samples each as a mini-batch's mean length
+    # has it; at 5 the run's DP 2 replicas take 103 and 102 micro-batches, which interleaving refuses
+    ("balanced", {"tp": 2, "pp": 2, "vpp": 4, "ep": 4, "cp": 2, "zero": 2, "recompute": "none", "micro_batch": 1}, False),
+    ("balanced", {"tp": 2, "pp": 2, "vpp": 1, "ep": 4, "cp": 2, "zero": 2, "recompute": "none", "micro_batch": 1}, True),
+    # arrival order: micro_batch samples each, ceil(1024 / (dp x micro_batch)) micro-batches a replica: 256
+    # at DP 2 x 2 and DP 4 x 1, which the planner's packed rows (205 a step: 51 a replica) refused; 171
+    # at DP 2 x 3, which its rows (34) let through
+    ("sequence", {"tp": 2, "pp": 2, "vpp": 2, "ep": 4, "cp": 2, "zero": 2, "recompute": "full", "micro_batch": 2}, True),
+    ("sequence", {"tp": 2, "pp": 2, "vpp": 2, "ep": 4, "cp": 1, "zero": 2, "recompute": "full", "micro_batch": 1}, True),
+    ("sequence", {"tp": 2, "pp": 2, "vpp": 2, "ep": 4, "cp": 2, "zero": 2, "recompute": "full", "micro_batch": 3}, False),
+])
+def test_plan_lists_an_interleaved_layout_as_the_run_takes_its_micro_batch_count(tmp_path, capsys, micro_batching,
+                                                                                  layout, runs):
+    """A planner review: for qwen3-30b-a3b colocated on two DGX-H100 nodes plan ranked TP2 PP2 VPP4 EP4
+    first, and the run refused it ("the interleaved schedule needs micro-batches (103) to be a multiple
+    of pp (2)"): the planner judged the count on its packed rows, not on the micro-batches the run
+    forms. Plan's verdict is now the run's, either way."""
+    scenario = tmp_path / "q30.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: grpo-qwen3-30b-a3b\nschedule: colocated\n")
+    assert _plans_and_runs(capsys, scenario, layout, [f"schedule.micro_batching={micro_batching}"]) == (runs, runs)

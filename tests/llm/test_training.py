@@ -502,3 +502,15 @@ def test_a_value_head_saves_exactly_the_vocab_logits_and_their_loss():
     # the model FLOPs drop by the head's 6 x vocab x hidden a token; memory holds no vocab logits
     assert lm.model_flops - value.model_flops == pytest.approx(6.0 * (small.vocab - 1) * small.hidden * 4096)
     assert value.memory.logits_bytes == pytest.approx(lm.memory.logits_bytes / small.vocab)
+
+
+@given(n=st.integers(0, 300), b=st.integers(1, 9), dp=st.integers(1, 8))
+@settings(max_examples=200, deadline=None)
+def test_the_sampler_micro_batch_counts_are_the_replicas_the_sampler_cuts(n, b, dp):
+    """sampler_micro_batch_counts (the planner's count of the run's micro-batches, which an interleaved
+    pipeline needs a multiple of pp of) = the replicas' counts replica_micro_batches cuts; closed forms:
+    1024 samples 5 a micro-batch on 2 replicas are 103 and 102 micro-batches, 4 a micro-batch 128."""
+    from simulator.llm.training import replica_micro_batches, sampler_micro_batch_counts
+    cut = replica_micro_batches(np.full(n, 7), TrainLayout(dp=dp, micro_batch=b), "packed", TrainParams()) if n else []
+    assert sampler_micro_batch_counts(n, b, dp) == {len(tokens) for tokens, _ in cut}
+    assert sampler_micro_batch_counts(1024, 5, 2) == {103, 102} and sampler_micro_batch_counts(1024, 4, 2) == {128}
