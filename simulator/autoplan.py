@@ -520,7 +520,7 @@ def rollout_phase_check(sc: Scenario, model: ModelSpec, params: Any) -> Callable
     return check
 
 
-def aux_pool_check(sc: Scenario, topology: Any) -> Callable[[TrainLayout, int], None] | None:
+def aux_pool_check(sc: Scenario, topology: Any) -> Callable[[TrainLayout, int], float | None] | None:
     """TrainingEvaluator's ``pools_check`` for fuse: actor, whose aux pool runs the reference, reward
     model and critic under the training layout: the run's pools for a candidate (rl/pools.build_pools
     on the topology's devices before a served model's, at the given rollout instance, one device for
@@ -530,6 +530,9 @@ def aux_pool_check(sc: Scenario, topology: Any) -> Callable[[TrainLayout, int], 
     devices alone: qwen2.5-32b on two DGX-H100 nodes planned TP1 PP7 on 14, and the run refused the
     aux pool's 2; ppo-llama3.1-70b on 8 DGX-H200 nodes planned TP8 DP7, and the run refused the
     reward model's pass beside the 70B critic's state on the aux pool's 8 (191.6 GB; planner audits).
+    The check returns the aux pool's train-phase peak a device (aux_passes_fit: the critic's update,
+    None without one), which the run's peak_memory_by_phase.train takes where it exceeds the actor's
+    (115.4 GB against the actor's 52.0 for ppo-llama3.1-70b at aux_fraction 0.25; a planner review).
     None for other placements."""
     sched = sc.schedule
     if sched.effective_placement != "colocated" or sched.fuse != "actor":
@@ -544,7 +547,7 @@ def aux_pool_check(sc: Scenario, topology: Any) -> Callable[[TrainLayout, int], 
     total = topology.num_devices - sum(served_devices(sc.workload).values())
     held: dict[str, Any] = {}   # the private costs and the batches, made when a candidate first gets this far
 
-    def check(lay: TrainLayout, n_ranks: int) -> None:
+    def check(lay: TrainLayout, n_ranks: int) -> float | None:
         pools = build_pools(sched, total, instance, lay.pool_unit, source="planner", unit_text=lay.pool_unit_text())
         if pools["actor"].count != n_ranks:
             raise RlsimError(f"the run's actor pool with {lay.as_dict()} holds {pools['actor'].count} devices "
@@ -558,7 +561,7 @@ def aux_pool_check(sc: Scenario, topology: Any) -> Callable[[TrainLayout, int], 
         costs = held["costs"]
         costs.set_train_layout(aux)
         step, minis = held["batches"]
-        costs.aux_passes_fit(pools["aux"].ranks, step, minis)
+        return costs.aux_passes_fit(pools["aux"].ranks, step, minis)
     return check
 
 

@@ -446,3 +446,37 @@ def test_the_planned_memory_is_the_peak_its_memory_check_judged(tmp_path, capsys
     assert row["memory_per_device_bytes"] == pytest.approx(own.total_bytes + frozen)
     run = simulator.simulate(sc).summary["peak_memory_by_phase"]["train"]
     assert abs(row["memory_per_device_bytes"] - run) < 0.1e9   # 1.4 GB short before
+
+
+def test_plan_reports_the_aux_pools_train_phase_peak_beside_the_actors(tmp_path, capsys):
+    """A planner review: under fuse: actor the plan's memory figure was the actor's devices' alone, and
+    the run's train-phase peak came from the aux pool: ppo-llama3.1-70b on 8 DGX-H200 nodes at
+    aux_fraction 0.25, plan 52.0 GB against the run's 115.4 GB (the 70B critic's update at DP 2 on the
+    aux pool's 16 devices). The row now says the aux pool's peak too (aux_passes_fit: the critic's
+    updates as the run notes them), which the run meets; a GRPO aux pool runs forward passes only,
+    which the run's train-phase peak does not count: no aux figure, as without fuse: actor."""
+    import json
+
+    import simulator
+    from simulator.cli import main
+
+    scenario = tmp_path / "ppo.yaml"
+    scenario.write_text("topology: {preset: dgx-h200, nodes: 8}\nworkload: ppo-llama3.1-70b\n"
+                        "schedule: {kind: colocated, fuse: actor, aux_fraction: 0.25}\n")
+    assert main(["plan", str(scenario), "--json", "--top", "1"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    given = {k: v for k, v in row["layout"].items() if k != "dp"}
+    run = simulator.simulate(scenario, iterations=1, overrides=[f"workload.train_layout={json.dumps(given)}"])
+    train_peak = run.summary["peak_memory_by_phase"]["train"]
+    aux = row["aux_pool_memory_per_device_bytes"]
+    assert row["memory_per_device_bytes"] < train_peak - 50e9   # the actor's: not where the run peaks
+    assert abs(aux - train_peak) < 0.5e9
+    assert main(["plan", str(scenario), "--top", "1"]) == 0
+    assert "aux mem GB" in capsys.readouterr().out
+    grpo = tmp_path / "grpo.yaml"
+    grpo.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: grpo-qwen2.5-7b\n"
+                    "schedule: {kind: colocated, fuse: actor}\n")
+    for sets in (["workload.rollout_layout.tp=2"], ["workload.rollout_layout.tp=2", "schedule.fuse=full"]):
+        assert main(["plan", str(grpo), "--json", "--top", "1", *[a for s in sets for a in ("--set", s)]]) == 0
+        assert "aux_pool_memory_per_device_bytes" not in json.loads(capsys.readouterr().out)[0]
+

@@ -576,14 +576,18 @@ def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[di
         keys.insert(keys.index("ep") + 1, "etp")
     if stage == "train" and any("zero_shard_size" in r["layout"] for r in rows):   # HSDP candidates searched
         keys.insert(keys.index("zero") + 1, "zero_shard_size")
-    for k in ["#", *keys, "step s", "TFLOP/s/dev", "MFU", "mem GB", "comm", "tokens/s", "naive s", "TP level"]:
+    aux = any("aux_pool_memory_per_device_bytes" in r for r in rows)   # fuse: actor's aux pool: its peak too
+    for k in ["#", *keys, "step s", "TFLOP/s/dev", "MFU", "mem GB", *(["aux mem GB"] if aux else []), "comm",
+              "tokens/s", "naive s", "TP level"]:
         table.add_column(k, justify="right")
     for i, r in enumerate(rows, 1):
         lay = r["layout"]
         naive = r.get("naive_step_time_s")
+        aux_gb = [f"{r['aux_pool_memory_per_device_bytes'] / 1e9:.1f}" if "aux_pool_memory_per_device_bytes" in r
+                  else ""] if aux else []
         table.add_row(str(i), *[str(lay.get(k, {"zero_shard_size": "all", "pp": 1}.get(k, ""))) for k in keys], f"{r['step_time_s']:.3f}",
                       f"{r['tflops_per_device']:.1f}", f"{r['mfu']:.3f}", f"{r['memory_per_device_bytes'] / 1e9:.1f}",
-                      f"{r['comm_fraction']:.2f}", f"{r['tokens_per_s']:.0f}",
+                      *aux_gb, f"{r['comm_fraction']:.2f}", f"{r['tokens_per_s']:.0f}",
                       "" if naive is None else f"{naive:.3f}", str(r.get("tp_level", "")))
     Console(width=200).print(table)
     if plan.pruned:

@@ -57,6 +57,16 @@ class Evaluation:
     mfu: float
     memory_per_device_bytes: float
     comm_fraction: float
+    # fuse: actor: the aux pool's train-phase peak a device (the critic's update beside what stays there,
+    # as the run notes it: LlmCosts.aux_passes_fit); None where no update runs on an aux pool
+    aux_pool_memory_per_device_bytes: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON keys: the aux pool's peak only where there is one."""
+        out = asdict(self)
+        if out["aux_pool_memory_per_device_bytes"] is None:
+            del out["aux_pool_memory_per_device_bytes"]
+        return out
 
 
 class PlannerParams(StrictModel):

@@ -29,7 +29,7 @@ class TrainingEvaluator:
                  step_sequences: Callable[[int, int], tuple[int, np.ndarray]] | None = None,
                  packing: str = "none",
                  rollout_phase: Callable[[TrainLayout, float], None] | None = None,
-                 pools_check: Callable[[TrainLayout, int], None] | None = None,
+                 pools_check: Callable[[TrainLayout, int], float | None] | None = None,
                  micro_batch_counts: Callable[[int, int], Collection[int]] | None = None,
                  beside: Sequence[tuple[Any, str, Callable[[TrainLayout, float], float],
                                         Callable[[TrainLayout], TrainLayout]]] = ()) -> None:
@@ -55,7 +55,9 @@ class TrainingEvaluator:
         ``rollout_phase(layout, hbm)``: raises RlsimError where a colocated engine's share of HBM beside
         what the layout leaves resident through the rollout overflows a device (autoplan.rollout_phase_check).
         ``pools_check(layout, devices)``: raises RlsimError where the run's pools would not train the layout on
-        the candidate's devices or an aux pool would not hold it (autoplan.aux_pool_check, fuse: actor).
+        the candidate's devices or an aux pool would not hold it (autoplan.aux_pool_check, fuse: actor);
+        else the aux pool's train-phase peak a device (None without an update there), reported beside
+        the actor's (Evaluation.aux_pool_memory_per_device_bytes).
         ``micro_batch_counts(micro_batch, dp)``: the replicas' micro-batch counts of the run's steps
         (autoplan.micro_batch_counts_of), which the search judges an interleaved pipeline on
         (search.enumerate_train_choices) where the global batch's rows are not the run's micro-batches."""
@@ -106,10 +108,10 @@ class TrainingEvaluator:
         self._judge(c, ranks)
         return self._timed(c, ranks)
 
-    def _judge(self, c: TrainChoice, ranks: Sequence[int]) -> float | None:
-        """The checks that refuse a candidate (RlsimError), and the peak bytes per device its memory
-        check judged (the heaviest micro-batch beside what sits beside each update, _check_memory);
-        None where params.check_memory is off."""
+    def _judge(self, c: TrainChoice, ranks: Sequence[int]) -> tuple[float | None, float | None]:
+        """The checks that refuse a candidate (RlsimError); the peak bytes per device its memory check
+        judged (the heaviest micro-batch beside what sits beside each update, _check_memory; None
+        where params.check_memory is off) and the aux pool's (pools_check; None without one)."""
         layout = self.layout(c)
         also = self.also_trains_on(len(ranks)) if callable(self.also_trains_on) else self.also_trains_on
         room = self.room_beside_tail(len(ranks)) if self.room_beside_tail else None
@@ -119,17 +121,16 @@ class TrainingEvaluator:
                              "colocated StaleSync's tail: the tail would never consolidate", source="planner",
                              field="schedule.kind",
                              fix="a smaller tp x cp x pp (or expert fold); or kind: colocated")
-        if self.pools_check is not None:
-            self.pools_check(layout, len(ranks))
+        aux = self.pools_check(layout, len(ranks)) if self.pools_check is not None else None
         if self.rollout_phase is not None:   # the run refuses it whatever check_memory says
             self.rollout_phase(layout, min(k.hbm_bytes for k in pool_devices(self.topology, ranks)))
         if not self.params.check_memory:
-            return None
+            return None, aux
         # The same memory check train_step_cost makes first (equal sequences: the longest is
         # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
         hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))  # as train_step_cost
         return max(self._check_memory(c, layout if dp == layout.dp else dataclasses.replace(layout, dp=dp), hbm)
-                   for dp in self._memory_dps(layout, c.dp, also))   # (the candidate's own dp: its layout as is)
+                   for dp in self._memory_dps(layout, c.dp, also)), aux   # (the candidate's own dp: its layout as is)
 
     def _timed(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
         """train_step_cost of the candidate on the step's sequences (step_sequences), else equal rows."""
@@ -180,7 +181,7 @@ class TrainingEvaluator:
         return mem.total_bytes + (beside[1] if beside is not None else 0.0)
 
     def __call__(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:
-        judged = self._judge(c, ranks)
+        judged, aux = self._judge(c, ranks)
         r = self._timed(c, ranks)
         memory = judged   # the peak the memory check judged: the figure it refuses a layout on
         if memory is None:   # no check: the timed step's, beside the other model's kept state (PPO: the critic's)
@@ -189,7 +190,8 @@ class TrainingEvaluator:
                 hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))
                 memory += self.beside[0][2](self.layout(c), hbm)
         return Evaluation(step_time_s=r.step_time_s, tflops_per_device=r.tflops_per_device, mfu=r.mfu,
-                          memory_per_device_bytes=memory, comm_fraction=r.comm_fraction)
+                          memory_per_device_bytes=memory, comm_fraction=r.comm_fraction,
+                          aux_pool_memory_per_device_bytes=aux)
 
 
 class RolloutEvaluator:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RlsimError
@@ -31,7 +31,7 @@ class RolloutCandidate:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"layout": dict(self.layout)}
-        out.update(asdict(self.evaluation))
+        out.update(self.evaluation.as_dict())
         out["devices"] = self.devices
         out["tokens_per_s"] = self.tokens_per_s
         return out

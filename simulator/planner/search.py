@@ -12,7 +12,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
@@ -91,7 +91,7 @@ class TrainCandidate:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"layout": self.choice.as_dict()}
-        out.update(asdict(self.evaluation))
+        out.update(self.evaluation.as_dict())
         out["devices"] = self.devices
         out["tokens_per_s"] = self.tokens_per_s
         out["placement"] = self.placement.name

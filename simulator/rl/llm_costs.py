@@ -1110,19 +1110,22 @@ class LlmCosts:
         self._candidate_costs.set_train_layout(dict(layout_map))
         return self._candidate_costs
 
-    def aux_passes_fit(self, ranks: Sequence[int], step_lens: Any, mini_batches: Sequence[Any]) -> None:
+    def aux_passes_fit(self, ranks: Sequence[int], step_lens: Any, mini_batches: Sequence[Any]) -> float | None:
         """The passes a step runs on an aux pool (aux_pool_passes) on ``ranks`` under this training
         layout, as TrainStep runs them and with the run's own memory checks (_forward: the pass beside
         what stays resident on its pool, _forward_beside_bytes; _train: the update beside the frozen
         weights there): each forward pass on ``step_lens`` (a step's samples), an update on each of
         ``mini_batches``. RlsimError where one does not fit (ppo-llama3.1-70b under fuse: actor on 8
-        DGX-H200 nodes: the reward model's pass beside the 70B critic's state at DP 1, 191.6 GB)."""
+        DGX-H200 nodes: the reward model's pass beside the 70B critic's state at DP 1, 191.6 GB).
+        Returns the updates' peak a device, as the run notes it in the train phase (TrainStep: a
+        forward pass notes none); None where no update runs there."""
+        peaks = []
         for kind, role in aux_pool_passes(self.scenario):
             if kind == FORWARD:
                 self.forward(role, step_lens, ranks)
             else:
-                for lens in mini_batches:
-                    self.train(role, lens, ranks)
+                peaks += [self.train(role, lens, ranks).peak_memory_bytes for lens in mini_batches]
+        return max(peaks, default=None)
 
     def _accept_ranks(self, lay: TrainLayout) -> list[int]:
         """Ranks a candidate layout is checked on: its canonical placement (replica_contiguous_ranks,
