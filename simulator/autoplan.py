@@ -520,7 +520,8 @@ def rollout_phase_check(sc: Scenario, model: ModelSpec, params: Any) -> Callable
     return check
 
 
-def aux_pool_check(sc: Scenario, topology: Any) -> Callable[[TrainLayout, int], float | None] | None:
+def aux_pool_check(sc: Scenario, topology: Any, base: ModelSpec | None = None
+                   ) -> Callable[[TrainLayout, int], float | None] | None:
     """TrainingEvaluator's ``pools_check`` for fuse: actor, whose aux pool runs the reference, reward
     model and critic under the training layout: the run's pools for a candidate (rl/pools.build_pools
     on the topology's devices before a served model's, at the given rollout instance, one device for
@@ -530,6 +531,8 @@ def aux_pool_check(sc: Scenario, topology: Any) -> Callable[[TrainLayout, int], 
     devices alone: qwen2.5-32b on two DGX-H100 nodes planned TP1 PP7 on 14, and the run refused the
     aux pool's 2; ppo-llama3.1-70b on 8 DGX-H200 nodes planned TP8 DP7, and the run refused the
     reward model's pass beside the 70B critic's state on the aux pool's 8 (191.6 GB; planner audits).
+    ``base``: the actor's architecture where it is not workload.model (`rlsim plan --model`: the
+    reference and the critic and reward model without their own then run it, as role_models has them).
     The check returns the aux pool's train-phase peak a device (aux_passes_fit: the critic's update,
     None without one), which the run's peak_memory_by_phase.train takes where it exceeds the actor's
     (115.4 GB against the actor's 52.0 for ppo-llama3.1-70b at aux_fraction 0.25; a planner review).
@@ -557,7 +560,7 @@ def aux_pool_check(sc: Scenario, topology: Any) -> Callable[[TrainLayout, int], 
         aux = {k: v for k, v in lay.as_dict().items() if k != "dp"}
         TrainLayout.from_mapping(aux, source="planner").resolve(pools["aux"].count, source="planner")
         if not held:
-            held["costs"], held["batches"] = LlmCosts(sc, topology), aux_pool_batches(sc)
+            held["costs"], held["batches"] = LlmCosts(sc, topology, base=base), aux_pool_batches(sc)
         costs = held["costs"]
         costs.set_train_layout(aux)
         step, minis = held["batches"]

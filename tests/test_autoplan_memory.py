@@ -480,3 +480,23 @@ def test_plan_reports_the_aux_pools_train_phase_peak_beside_the_actors(tmp_path,
         assert main(["plan", str(grpo), "--json", "--top", "1", *[a for s in sets for a in ("--set", s)]]) == 0
         assert "aux_pool_memory_per_device_bytes" not in json.loads(capsys.readouterr().out)[0]
 
+
+def test_plan_model_over_a_fuse_actor_scenario_judges_the_aux_pool_with_that_model(tmp_path, capsys):
+    """A planner review: `rlsim plan SCENARIO --model M` judged fuse: actor's aux pool with a private
+    LlmCosts of the scenario's workload.model: over ppo-llama3.1-70b (8 DGX-H200 nodes, aux_fraction 0.25)
+    with --model llama3.1-8b the aux pool ran a 70B reference, refused TP4 PP2 CP2 and listed TP8 PP2
+    first with the 70B reference's 115.5 GB; the same plan with --set workload.model=llama3.1-8b lists
+    TP4 PP2 CP2 (126.3 GB there, the 8B reference beside the 70B critic at DP 4). Both now agree."""
+    import json
+
+    from simulator.cli import main
+
+    scenario = tmp_path / "ppo.yaml"
+    scenario.write_text("topology: {preset: dgx-h200, nodes: 8}\nworkload: ppo-llama3.1-70b\n"
+                        "schedule: {kind: colocated, fuse: actor, aux_fraction: 0.25}\n")
+    rows = []
+    for flags in (["--model", "llama3.1-8b"], ["--set", "workload.model=llama3.1-8b"]):
+        assert main(["plan", str(scenario), "--json", "--top", "2", *flags]) == 0
+        rows.append(json.loads(capsys.readouterr().out))
+    assert rows[0] == rows[1]
+    assert rows[0][0]["layout"]["tp"] == 4 and rows[0][0]["layout"]["cp"] == 2

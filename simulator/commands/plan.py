@@ -359,7 +359,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                                                    if inp["params"] is not None else None,
                                                    # fuse: actor's aux pool runs the layout too (not on --target's
                                                    # prefixes of nodes, whose pools the run does not cut)
-                                                   pools_check=aux_pool_check(inp["scenario"], topology)
+                                                   pools_check=aux_pool_check(inp["scenario"], topology, base)
                                                    if inp["params"] is not None and not args.target_tokens_per_s
                                                    else None,
                                                    # what sits beside the update: a scenario's step only

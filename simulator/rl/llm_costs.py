@@ -473,13 +473,13 @@ class LlmCosts:
     _aux_step: tuple[tuple[int, ...], np.ndarray] | None
     _candidate_costs: LlmCosts | None
 
-    def __init__(self, scenario: Scenario, topology: Any, auto_layouts: dict[str, dict[str, Any]] | None = None):
-        """``auto_layouts``: {'train': ..., 'rollout': ...} chosen by the planner
-        (simulator/autoplan.py) for sides the workload leaves ``auto``; without it the simple
-        rule of pools.resolve_auto_layouts decides."""
+    def __init__(self, scenario: Scenario, topology: Any, auto_layouts: dict[str, dict[str, Any]] | None = None,
+                 base: ModelSpec | None = None):
+        """``auto_layouts``: the planner's {'train': ..., 'rollout': ...} for sides left ``auto``, else
+        pools.resolve_auto_layouts's rule; ``base``: the actor in place of workload.model (role_models)."""
         w, src = scenario.workload, scenario.source
         self.scenario, self.topology, self.source = scenario, topology, src
-        self.models = role_models(scenario)
+        self.models = role_models(scenario, base)
         self.model: ModelSpec = self.models["actor"]
         refuse_missing_architecture(w.engine, self.model, src)   # an engine without its state layers' model
         self.device = topology.device_spec(0)   # rank 0's device (kept for callers; costs use the pools')
