@@ -258,11 +258,13 @@ class RolloutEvaluator:
         return [(device, *lists) for device, lists in groups.items()]
 
     def _memory_per_device(self, step: StepCost, per_instance: int) -> float:
-        """Weights, workspace and the KV cache of an instance's running sequences, per device (the pool
+        """Weights (the drafter's beside the target's with speculative decoding: StepCost takes them from
+        the KV pool), workspace and the KV cache of an instance's running sequences, per device (the pool
         they draw from: kv_pool.py)."""
         s = self.space
         running = min(per_instance, step.max_running)
         ep = step.layout.ep
         kv = min(step.kv_free_bytes_dev, running * (s.prompt_len + s.response_len) * step.kv_bytes_per_token_dev / ep
                  + running * step.seq_pool_bytes_dev / ep)   # their tokens' pages and their windows' / states
-        return step.weight_bytes_dev + step.params.workspace_bytes + kv
+        draft = step.draft.resident_bytes if step.draft is not None else 0.0
+        return step.weight_bytes_dev + draft + step.params.workspace_bytes + kv

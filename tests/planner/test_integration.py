@@ -164,3 +164,26 @@ def test_plan_to_target_takes_the_fewest_nodes_that_reach_it_where_more_nodes_ar
     whole = plan_training(model, topo, 256, 4096, top=1).best.tokens_per_s
     plan = plan_to_target(model, topo, 256, 4096, whole * 1.2, top=1)
     assert plan.best.devices == 8 and plan.best.tokens_per_s >= whole * 1.2
+
+
+@pytest.mark.parametrize("method", [None, "eagle", "draft_model"])
+def test_a_rollout_layout_whose_kv_pool_fills_reports_the_engines_share_of_hbm(method):
+    """The planner's memory of a rollout layout whose KV pool fills is the engine's whole share
+    (HBM x gpu_memory_utilization): weights, workspace, the pool, and with speculative decoding the
+    drafter's weights, which StepCost takes from the pool. It reported the share less the drafter's
+    weights (an EAGLE head on Qwen2.5-7B: 0.52 GB; a Qwen2.5-0.5B draft model: 0.99 GB)."""
+    from simulator.llm.inference import InferenceParams
+    from simulator.planner.base import RolloutSpace
+    from simulator.planner.evaluate import RolloutEvaluator
+
+    topo, model = load_topology("dgx-h100", {"nodes": 1}), load_model("qwen2.5-7b")
+    spec = ({} if method is None else {"speculative_method": method, "num_speculative_tokens": 3,
+                                       "speculative_acceptance_rate": 0.7})
+    if method == "draft_model":
+        spec["speculative_draft_model"] = "qwen2.5-0.5b"
+    # 64 sequences of 2048 tokens need 7.5 GB of KV; 0.25 of an H100 leaves ~4 GB beside the weights
+    space = RolloutSpace(sequences=64, prompt_len=1024, response_len=1024, gpu_memory_utilization=0.25)
+    evaluate = RolloutEvaluator(model, topo, space, params=InferenceParams(**spec))
+    lay = {"tp": 1, "ep": 1, "instances": 1, "max_num_seqs": 64}
+    result = evaluate(lay, [0])
+    assert result.memory_per_device_bytes == pytest.approx(topo.device_spec(0).hbm_bytes * 0.25, rel=1e-12)
