@@ -266,6 +266,8 @@ def _records_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str], list[st
         except json.JSONDecodeError as exc:
             raise RlsimError(f"not a JSON array of records: {exc.msg}", source=str(path),
                              fix="write one JSON object per line, or one array of objects") from None
+        if _tensorboard_json_download(records):
+            raise RlsimError(f"the JSON is {TENSORBOARD_ONE_TAG_WHAT}", source=str(path), fix=TENSORBOARD_EXPORT_FIX)
         where = [f"record {i}" for i in range(1, len(records) + 1)]
         return _checked([_json_object(json.dumps(r), str(path), at) for r, at in zip(records, where, strict=True)],
                         where, str(path))
@@ -275,6 +277,13 @@ def _records_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str], list[st
     where = [f"line {number}" for number, _ in lines]
     return _checked([_json_object(line, str(path), at) for (_, line), at in zip(lines, where, strict=True)],
                     where, str(path))
+
+
+def _tensorboard_json_download(records: Any) -> bool:
+    """The TensorBoard UI's JSON download of one tag: a list of [wall_time, step, value] triples."""
+    return isinstance(records, list) and bool(records) and all(
+        isinstance(r, list) and len(r) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r)
+        for r in records)
 
 
 def _checked(records: list[dict[str, Any]], where: list[str],
@@ -385,6 +394,11 @@ def _wandb_columns(raw: pd.DataFrame, source: str, run: str | None) -> pd.DataFr
 TENSORBOARD_COLUMNS = ("step", "tag", "value")
 TENSORBOARD_RUN_COLUMNS = ("run", "dir_name")
 TENSORBOARD_ONE_TAG_COLUMNS = ("Wall time", "Step", "Value")
+# what the UI's download of one tag is (as CSV: those columns; as JSON: [wall_time, step, value] triples), and its fix
+TENSORBOARD_ONE_TAG_WHAT = ("TensorBoard's download of one tag (wall time, step, value): it holds one TensorBoard "
+                            "tag's values, not the tag's name")
+TENSORBOARD_EXPORT_FIX = ("export the run's scalars with their tags, e.g. tbparse's "
+                          "SummaryReader(LOGDIR).scalars.to_csv(FILE) (columns step, tag, value)")
 
 
 def _tensorboard_form(raw: pd.DataFrame) -> bool:
@@ -401,10 +415,7 @@ def _tensorboard_records(raw: pd.DataFrame, source: str, run: str | None) -> pd.
     import pandas as pd
 
     if "tag" not in raw.columns:
-        raise RlsimError("the CSV is TensorBoard's download of one tag (Wall time, Step, Value): it holds one "
-                         "TensorBoard tag's values, not the tag's name", source=source,
-                         fix="export the run's scalars with their tags, e.g. tbparse's "
-                             "SummaryReader(LOGDIR).scalars.to_csv(FILE) (columns step, tag, value)")
+        raise RlsimError(f"the CSV is {TENSORBOARD_ONE_TAG_WHAT}", source=source, fix=TENSORBOARD_EXPORT_FIX)
     runs_column = next((c for c in TENSORBOARD_RUN_COLUMNS if c in raw.columns), None)
     if runs_column is not None:
         runs = sorted({str(name) for name in raw[runs_column]})

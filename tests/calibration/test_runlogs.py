@@ -502,3 +502,16 @@ def test_a_wandb_run_name_may_hold_the_separator(tmp_path: Path) -> None:
     log = read_run_log(path)
     assert log.frame["generate"].tolist() == [10.0, 12.0] and log.frame["step_s"].tolist() == [20.0, 22.0]
     assert read_run_log(path, run="qwen7b - grpo").frame["generate"].tolist() == [10.0, 12.0]
+
+
+def test_a_tensorboard_json_download_of_one_tag_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    """The TensorBoard UI's JSON download of one tag is [[wall_time, step, value], ...]: it was refused
+    as 'record 1 is not a JSON object', without saying what it is."""
+    path = tmp_path / "run-.-tag-timing_s_gen.json"
+    path.write_text(json.dumps([[1700000000.1, 1, 12.5], [1700000100.2, 2, 11.9]]))
+    with pytest.raises(RlsimError, match="TensorBoard's download of one tag") as error:
+        read_run_log(path)
+    assert "step, tag, value" in (error.value.fix or "") and error.value.source == str(path)
+    path.write_text(json.dumps([[1, 2], {"step": 1}]))   # not triples: the usual error
+    with pytest.raises(RlsimError, match="record 1 is not a JSON object"):
+        read_run_log(path)
