@@ -439,6 +439,22 @@ def _not_wandb(source: str, run: str) -> RlsimError:
                       fix="drop --log-run (the log holds one run)")
 
 
+# Delimiters a spreadsheet or logger may write a "CSV" with instead of commas (';' where the decimal
+# separator is a comma, e.g. Excel and LibreOffice in a German or French locale; tabs: a TSV).
+OTHER_DELIMITERS = (";", "\t", "|")
+
+
+def _refuse_other_delimiter(header: Sequence[str], path: Path) -> None:
+    """A header read as one field that splits into several names at another delimiter: the file is
+    not comma-separated (its rows then had 'N fields, the header 1', the delimiter unnamed)."""
+    if len(header) != 1:
+        return
+    delimiter = next((d for d in OTHER_DELIMITERS if len(header[0].split(d)) > 1), None)
+    if delimiter is not None:
+        raise RlsimError(f"the header is one field {header[0]!r}: the file looks {delimiter!r}-delimited",
+                         source=str(path), fix="export the log with commas as the delimiter (and decimal points)")
+
+
 def _read_csv(path: Path) -> pd.DataFrame:
     """A CSV log; a row with more or fewer fields than the header is refused (pandas would shift it
     into the index or fill NaN)."""
@@ -452,6 +468,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
             raise RlsimError(f"the header names {', '.join(map(repr, twice))} twice", source=str(path),
                              fix="give each column once")
         if header is not None:
+            _refuse_other_delimiter(header, path)
             for line, row in enumerate(rows, start=2):
                 if row and len(row) != len(header):
                     raise RlsimError(f"line {line} has {len(row)} fields, the header {len(header)}",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -514,4 +515,19 @@ def test_a_tensorboard_json_download_of_one_tag_is_refused_naming_the_fix(tmp_pa
     assert "step, tag, value" in (error.value.fix or "") and error.value.source == str(path)
     path.write_text(json.dumps([[1, 2], {"step": 1}]))   # not triples: the usual error
     with pytest.raises(RlsimError, match="record 1 is not a JSON object"):
+        read_run_log(path)
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t"])
+def test_a_csv_with_another_delimiter_is_refused_naming_it(tmp_path: Path, delimiter: str) -> None:
+    """A spreadsheet's ';'-delimited export (a decimal-comma locale) read as 'line 2 has 2 fields, the
+    header 1' without naming the delimiter."""
+    path = tmp_path / "semicolons.csv"
+    path.write_text(delimiter.join(["step", "timing_s/gen", "timing_s/step"]) + "\n"
+                    + delimiter.join(["1", "11,8", "16,8"]) + "\n")
+    with pytest.raises(RlsimError, match=re.escape(f"the file looks {delimiter!r}-delimited")) as error:
+        read_run_log(path)
+    assert "commas" in (error.value.fix or "") and error.value.source == str(path)
+    path.write_text("step\n1\n")   # one column and no other delimiter: the usual 'no stage timing'
+    with pytest.raises(RlsimError, match="no stage timing found"):
         read_run_log(path)
