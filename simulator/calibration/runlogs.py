@@ -4,7 +4,8 @@ predictions at other scales with those factors.
 
 verl logs one record per step with keys such as `timing_s/gen` (the generation with the hybrid
 engine's switches and weight sync around it; `timing_s/generate_sequences` the generation alone), `timing_s/old_log_prob`,
-`timing_s/ref`, `timing_s/update_actor`, `timing_s/update_weights`, `timing_s/step`,
+`timing_s/ref`, `timing_s/update_actor`, `timing_s/update_weights`, `timing_s/step` (`timing_s/adv` read
+into `timing_s/reward`'s stage: VERL_ADVANTAGE_KEY),
 `perf/throughput` (tokens/s per device) and `response_length/mean|max|min|clip_ratio`. NeMo RL
 logs its timers as `timing/train/<name>` (`total_step_time`, `generation`, `policy_training`,
 `policy_and_reference_logprobs` or `logprob_inference`, `weight_sync`, `reward_calculation`,
@@ -564,12 +565,16 @@ def _normalize(raw: pd.DataFrame, source: str, notes: Sequence[str] = ()) -> Run
             raise RlsimError(f"{row_name(raw, row)}: {values.iloc[row]} is not a finite number", source=source,
                              field=key, fix="write finite numbers (seconds, tokens/s, tokens); drop the broken steps")
         frame[STAGE_KEYS.get(key) or OTHER_KEYS.get(key) or "step_s"] = values.to_numpy(dtype=float)
+    read_adv = VERL_ADVANTAGE_KEY in raw.columns and VERL_REWARD_KEY in present
+    if read_adv:
+        notes.append(_with_advantage(raw, frame, source))
     if step_time == STEP_TIME_KEY:
         notes.extend(_without_occasional_work(raw, frame, source))
     notes.extend(_longer_than_the_step(frame, present))
     frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
     _refuse_cumulative(frame, timing_keys, source)
-    known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS, *VERL_OCCASIONAL_KEYS, LOCATION}
+    known = {*STAGE_KEYS, *STEP_TIME_KEYS, *OTHER_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS, *VERL_OCCASIONAL_KEYS, LOCATION,
+             *([VERL_ADVANTAGE_KEY] if read_adv else [])}
     # rlsim's own iterations.csv: its other columns are the step's clock marks and counts, no metrics
     ignored = [] if step_time == RLSIM_STEP_TIME_KEY else sorted(str(c) for c in raw.columns if c not in known)
     return RunLog(frame=frame, source=source, ignored=ignored, notes=notes, timing_keys=timing_keys)
@@ -639,8 +644,27 @@ def _without_occasional_work(raw: pd.DataFrame, frame: pd.DataFrame, source: str
     return notes
 
 
+# verl's `adv` timer (0.7.0 trainer/ppo/ray_trainer.py fit(), inside its `step` timer after the
+# forwards, read in its wheel): it ray.get()s the rule rewards that reward_model.launch_reward_fn_async
+# scored as a Ray task during the forwards (the wait rlsim's reward phase holds with
+# schedule.reward_during_forwards, verl_timing's reward; its `reward` timer then holds the task's launch
+# alone), applies the KL penalty and computes the advantages (host arithmetic rlsim models nowhere, in
+# the reward phase here as the rest of the step's glue is in `other`). Read into the reward stage: the
+# sum is rlsim's reward phase in both modes, and the step (which holds it) is left as logged.
+VERL_ADVANTAGE_KEY = "timing_s/adv"
+VERL_REWARD_KEY = "timing_s/reward"
+
+
+def _with_advantage(raw: pd.DataFrame, frame: pd.DataFrame, source: str) -> str:
+    """verl's timing_s/adv added to its reward stage (in place; 0 where a step did not log it); the note."""
+    frame["reward"] = frame["reward"].to_numpy(dtype=float) + _occasional_seconds(raw, VERL_ADVANTAGE_KEY, source)
+    return (f"{VERL_ADVANTAGE_KEY} read into the reward stage ({VERL_REWARD_KEY} + {VERL_ADVANTAGE_KEY}): verl "
+            "gathers the asynchronous rule rewards there (launch_reward_fn_async), which rlsim's reward phase holds")
+
+
 def _occasional_seconds(raw: pd.DataFrame, key: str, source: str) -> np.ndarray:
-    """A verl occasional timing per row (0 where the step did not log it); refused below 0."""
+    """A verl timing read beside the phases (occasional work, the adv block) per row (0 where the step
+    did not log it); refused below 0."""
     values = _numbers(raw, key, source).to_numpy(dtype=float)
     bad = (values < 0) | np.isinf(values)
     if bad.any():

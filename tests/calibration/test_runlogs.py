@@ -531,3 +531,27 @@ def test_a_csv_with_another_delimiter_is_refused_naming_it(tmp_path: Path, delim
     path.write_text("step\n1\n")   # one column and no other delimiter: the usual 'no stage timing'
     with pytest.raises(RlsimError, match="no stage timing found"):
         read_run_log(path)
+
+
+def test_verls_adv_timer_is_read_into_the_reward_stage(tmp_path: Path) -> None:
+    """verl 0.7.0's ray_trainer.py times `adv` inside its step, after the forwards: it ray.get()s the
+    rule rewards launched with reward_model.launch_reward_fn_async there (their wait: rlsim's reward
+    phase, schedule.reward_during_forwards) and does the advantage arithmetic. It was ignored: an
+    async-reward run's reward stage read as the task's launch (0.01 s) alone."""
+    path = tmp_path / "adv.jsonl"
+    rows = [{"step": step, "timing_s/gen": 10.0, "timing_s/reward": 0.01, "timing_s/adv": 3.0 + step,
+             "timing_s/step": 20.0} for step in (1, 2, 3)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    log = read_run_log(path)
+    assert log.frame["reward"].tolist() == pytest.approx([4.01, 5.01, 6.01])
+    assert log.frame["step_s"].tolist() == [20.0, 20.0, 20.0]   # inside the step: not taken out
+    assert "timing_s/adv" not in log.ignored
+    assert any(note.startswith("timing_s/adv read into the reward stage") for note in log.notes)
+    path.write_text(json.dumps({"step": 1, "timing_s/reward": 1.0, "timing_s/adv": -2.0}) + "\n")
+    with pytest.raises(RlsimError, match="record 1: timing_s/adv is -2 s") as info:
+        read_run_log(path)
+    assert info.value.field == "timing_s/adv"
+    # without verl's reward timer there is no reward stage to add it to: listed as not read
+    path.write_text(json.dumps({"step": 1, "timing_s/gen": 10.0, "timing_s/adv": 2.0}) + "\n")
+    log = read_run_log(path)
+    assert "timing_s/adv" in log.ignored and "reward" not in log.frame.columns
