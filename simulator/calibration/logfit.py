@@ -24,7 +24,7 @@ import numpy as np
 
 from ..atomic import write_text_atomic
 from ..errors import RlsimError
-from .runlogs import AREAL_TIMER_STAGES, OTHER_KEYS, RunLog, no_steps_left, stages_from_summary
+from .runlogs import AREAL_TIMER_STAGES, OTHER_KEYS, STAGE_KEYS, RunLog, no_steps_left, stages_from_summary
 
 
 @dataclass(frozen=True)
@@ -255,6 +255,30 @@ def _drop_unpredicted(run: LoggedRun, measured: dict[str, np.ndarray], predicted
     return dropped
 
 
+# A logged timing whose median is more than this many times the scenario's simulated phase (at the
+# fit's starting values) is not that phase in seconds: a log in milliseconds reads 1000x. The fitted
+# parameters cannot bridge it: an efficiency at its floor (EFFICIENCY_FLOOR, 0.05) against the
+# devices' 0.4-0.9 slows a phase 8-18x, a scenario a size off is some 30% (UNEXPLAINED_RMS), and the
+# overheads' bounds are 50x their defaults' order (FIT_PARAMETERS). Checked before the fit, naming the
+# column: after it, such a log ended at its bounds with only the fit's rms error to say why.
+UNIT_SLIP_RATIO = 100.0
+
+
+def _refuse_unit_slip(run: LoggedRun, measured: Mapping[str, np.ndarray], predicted: Mapping[str, float]) -> None:
+    """The first compared column whose median step is over UNIT_SLIP_RATIO x its simulated phase is refused."""
+    columns = {STAGE_KEYS.get(key, "step_s"): key for key in run.log.timing_keys}
+    for stage, values in measured.items():
+        simulated = predicted.get(stage, 0.0)
+        median = float(np.median(values))
+        if simulated > 0 and median > UNIT_SLIP_RATIO * simulated:
+            column = columns.get(stage, stage)
+            raise RlsimError(f"{column}'s median ({median:g} s) is {median / simulated:.0f}x the simulated {stage} "
+                             f"({simulated:.3g} s), past {UNIT_SLIP_RATIO:g}x: not this scenario's phase in seconds",
+                             source=run.label, field=column,
+                             fix="if the log is in milliseconds, divide its timings by 1000 (the frameworks' "
+                                 "timers log seconds); else check that --scenario describes the logged run")
+
+
 def residuals(predicted: Mapping[str, float], measured: Mapping[str, np.ndarray]) -> np.ndarray:
     """predicted / measured - 1 for every logged step of every compared stage."""
     return np.concatenate([predicted.get(stage, 0.0) / m - 1.0 for stage, m in measured.items()])
@@ -399,6 +423,8 @@ def fit_runs(runs: Sequence[LoggedRun], keys: Sequence[str] | str = DEFAULT_FIT_
 
     before = predictions(start / scale)
     left_out = [_drop_unpredicted(r, m, b) for r, m, b in zip(runs, measured, before, strict=True)]
+    for run, m, b in zip(runs, measured, before, strict=True):
+        _refuse_unit_slip(run, m, b)
     r0 = np.concatenate([residuals(p, m) for p, m in zip(before, measured, strict=True)])
     result = least_squares(all_residuals, start / scale, bounds=(lower / scale, upper / scale),
                            diff_step=diff_step, max_nfev=max_evaluations, method="trf",

@@ -464,9 +464,9 @@ def test_outlying_warm_up_steps_are_named_with_the_skip_steps_that_leaves_them_o
 def test_a_log_the_fit_cannot_explain_is_an_error_naming_the_file_and_the_names_it_was_read_by(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A verl log in milliseconds fitted to its bounds at 99% rms and wrote an overlay (exit 0); a CSV
-    of gen_time,step_time was read as TRL's step_time (GEMM -> 1). Both now exit 2 naming the file,
-    seconds and whose names were matched, with no overlay; a log the fit explains says whose names
-    it was read by."""
+    of gen_time,step_time was read as TRL's step_time (GEMM -> 1). Both now exit 2 naming the file
+    (the first its column and unit, before the fit; the second whose names were matched), with no
+    overlay; a log the fit explains says whose names it was read by."""
     scenario = tmp_path / "run.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     run = _logged_run()
@@ -482,11 +482,13 @@ def test_a_log_the_fit_cannot_explain_is_an_error_naming_the_file_and_the_names_
                                                        for g, t in zip(frame["timing_s/gen"], frame["timing_s/step"],
                                                                        strict=True)))
     out = tmp_path / "fitted.yaml"
-    for log, words in ((in_ms, ("milliseconds", "verl's (timing_s/gen,")), (wrong, ("TRL's (step_time)",))):
+    # the log in milliseconds is refused before the fit, naming its column (UNIT_SLIP_RATIO)
+    for log, start, words in ((in_ms, "field 'timing_s/gen': timing_s/gen's median", ("milliseconds", "1000")),
+                              (wrong, "field '--from-log': the fit leaves", ("TRL's (step_time)",))):
         assert main(["calibrate", "--from-log", str(log), "--scenario", str(scenario), "--out", str(out),
                      "--max-evaluations", "8"]) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"rlsim: error: {log}: field '--from-log': the fit leaves") and "Traceback" not in err
+        assert err.startswith(f"rlsim: error: {log}: {start}") and "Traceback" not in err
         assert all(word in err for word in words) and not out.exists()
     in_s = tmp_path / "s.jsonl"
     in_s.write_text("".join(json.dumps(r) + "\n" for r in frame.to_dict("records")))
@@ -546,3 +548,27 @@ def test_the_round_trip_holds_across_parameter_sets(step_overhead: float, gemm: 
         assert fit.values[key] == pytest.approx(value, rel=0.05)
         assert 0 < fit.sigma[key] < 0.05 * value
         assert abs(fit.values[key] - value) < 4 * fit.sigma[key]
+
+
+def test_a_timing_far_beyond_the_simulated_phase_is_refused_before_the_fit_naming_its_column() -> None:
+    """A verl log in milliseconds was caught only after the fit (its rms error at the bounds): the
+    timings are compared with the scenario's simulated phases first, and a column whose median is over
+    UNIT_SLIP_RATIO times its phase is refused naming the column and the unit (closed form: the ratio)."""
+    run = _logged_run()
+    keys = {"generate": "timing_s/gen", "generate_sequences": "timing_s/generate_sequences",
+            "old_log_prob": "timing_s/old_log_prob", "reference": "timing_s/ref",
+            "update_actor": "timing_s/update_actor", "step_s": "timing_s/step"}
+    in_ms = run.log.frame.rename(columns=keys)
+    in_ms[list(keys.values())] *= 1000.0
+    ms_run = logfit.LoggedRun(_normalize(in_ms, "ms.jsonl"), SCENARIO)
+    with pytest.raises(RlsimError, match=r"timing_s/gen's median .* is 1\d\d\dx the simulated generate") as error:
+        logfit.fit_runs([ms_run], ["topology.device.gemm_efficiency"], max_evaluations=2)
+    assert error.value.field == "timing_s/gen" and error.value.source == "ms.jsonl"
+    assert "milliseconds" in (error.value.fix or "") and "1000" in (error.value.fix or "")
+    measured = {"generate": np.array([1.0, 1.0, 3.0])}   # median 1 s
+    for predicted, refused in ((1.0 / (logfit.UNIT_SLIP_RATIO + 1), True), (1.0 / (logfit.UNIT_SLIP_RATIO - 1), False)):
+        if refused:
+            with pytest.raises(RlsimError, match="timing_s/gen's median"):
+                logfit._refuse_unit_slip(ms_run, measured, {"generate": predicted})
+        else:
+            logfit._refuse_unit_slip(ms_run, measured, {"generate": predicted})
