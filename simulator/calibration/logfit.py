@@ -258,7 +258,7 @@ def _drop_unpredicted(run: LoggedRun, measured: dict[str, np.ndarray], predicted
 # A logged timing whose median is more than this many times the scenario's simulated phase (at the
 # fit's starting values) is not that phase in seconds: a log in milliseconds reads 1000x. The fitted
 # parameters cannot bridge it: an efficiency at its floor (EFFICIENCY_FLOOR, 0.05) against the
-# devices' 0.4-0.9 slows a phase 8-18x, a scenario a size off is some 30% (UNEXPLAINED_RMS), and the
+# catalog devices' 0.5-0.85 (hardware/devices.py) slows a phase 10-17x, a scenario a size off is some 30% (UNEXPLAINED_RMS), and the
 # overheads' bounds are 50x their defaults' order (FIT_PARAMETERS). Checked before the fit, naming the
 # column: after it, such a log ended at its bounds with only the fit's rms error to say why.
 UNIT_SLIP_RATIO = 100.0
