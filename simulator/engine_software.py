@@ -323,6 +323,29 @@ SGLANG_SPECULATION_NO_OVERLAP = ModelForcedSetting(
     "SGLang turns its overlap scheduler off for EAGLE / EAGLE3 / STANDALONE speculative decoding (server_args.py "
     "__post_init__ in 0.4.6.post5 and 0.5.2: 'Overlap scheduler is disabled because of using eagle speculative "
     "decoding'; 0.5.6 _handle_speculative_decoding the same unless SGLANG_ENABLE_SPEC_V2)")
+# SGLang 0.4.6.post5's draft-extend runs the drafter's first forward over the tokens a step accepted,
+# accept_length + 1 a sequence, not the k + 1 verified positions (speculative/eagle_utils.py
+# prepare_extend_after_decode: extend_lens = [x + 1 for x in accept_length_cpu]; it has no draft-extend
+# CUDA graph): vLLM's disable_padded_drafter_batch. 0.5.2 and 0.5.6 replay a draft-extend graph captured
+# at speculative_num_steps + 1 tokens a sequence (eagle_draft_extend_cuda_graph_runner.py
+# num_tokens_per_bs), the padded batch: they keep the default.
+SGLANG_DRAFT_EXTEND_UNPADDED = ModelForcedSetting(
+    "speculative_disable_padded_drafter_batch", True, _speculates,
+    "SGLang 0.4.6.post5's draft-extend runs the drafter over the accepted tokens a sequence "
+    "(speculative/eagle_utils.py prepare_extend_after_decode: extend_lens = accept_length + 1), not over the "
+    "k + 1 verified positions")
+
+
+def _mtp_speculates(model: Any, inference: Any) -> bool:
+    return inference.speculative_method == "mtp"
+
+
+# SGLang gives an MTP module the target's embedding and LM head (models/deepseek_nextn.py: the draft worker's
+# set_embed_and_head), where vLLM 0.11's allocates its own head (deepseek_mtp.py SharedHead).
+SGLANG_MTP_SHARED_HEAD = ModelForcedSetting(
+    "speculative_draft_own_lm_head", False, _mtp_speculates,
+    "SGLang's MTP drafter shares the target's LM head (speculative/eagle_worker.py: set_embed_and_head)")
+SGLANG_SPECULATION = (SGLANG_SPECULATION_NO_OVERLAP, SGLANG_MTP_SHARED_HEAD)
 SGLANG = EngineSoftware(
     name="sglang",
     inference=SGLANG_INFERENCE,
@@ -333,7 +356,7 @@ SGLANG = EngineSoftware(
     # its srt/models/ has no Mamba nor linear-attention model (no nemotron_h.py, falcon_h1.py, qwen3_next.py),
     # nor gpt_oss.py (0.5.2 has it)
     state_layer_kinds=frozenset(), missing_model_types=frozenset({"gpt_oss"}),
-    models_read="sglang 0.4.6.post5's srt/models/", model_forced=(SGLANG_SPECULATION_NO_OVERLAP,),
+    models_read="sglang 0.4.6.post5's srt/models/", model_forced=(*SGLANG_SPECULATION, SGLANG_DRAFT_EXTEND_UNPADDED),
     source="sglang 0.4.6.post5 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
            "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
            "managers/tp_worker.py max_running_requests, model_executor/model_runner.py; verl 0.5 "
@@ -398,7 +421,7 @@ SGLANG_052 = EngineSoftware(
     # srt/models/ has qwen3_next.py, not nemotron_h.py nor falcon_h1.py; its Transformers fallback
     # (models/transformers.py) calls the HF model with use_cache=False, keeping no Mamba state
     state_layer_kinds=frozenset({GATED_DELTANET}), models_read="sglang 0.5.2's srt/models/",
-    model_forced=(SGLANG_052_GDN_NO_RADIX, SGLANG_SPECULATION_NO_OVERLAP),
+    model_forced=(SGLANG_052_GDN_NO_RADIX, *SGLANG_SPECULATION),
     source="sglang 0.5.2 sglang/srt/server_args.py ServerArgs.__post_init__ (chunked_prefill_size, "
            "cuda_graph_max_bs), model_executor/cuda_graph_runner.py get_batch_sizes_to_capture, "
            "model_executor/model_runner.py init_memory_pool; verl 0.6.0 setup (sglang==0.5.2)")
@@ -419,7 +442,7 @@ SGLANG_056 = EngineSoftware(
            _sglang_tier(160 * GIB, 16384, 512)),
     # srt/models/nemotron_h.py, qwen3_next.py
     state_layer_kinds=frozenset({MAMBA2, GATED_DELTANET}), models_read="sglang 0.5.6's srt/models/",
-    model_forced=(SGLANG_056_MAMBA2_NO_RADIX, SGLANG_056_RADIX_NO_OVERLAP, SGLANG_SPECULATION_NO_OVERLAP),
+    model_forced=(SGLANG_056_MAMBA2_NO_RADIX, SGLANG_056_RADIX_NO_OVERLAP, *SGLANG_SPECULATION),
     source="sglang 0.5.6 sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings, "
            "_generate_cuda_graph_batch_sizes, environ.py; verl 0.7.0 setup (sglang==0.5.6)")
 

@@ -1138,6 +1138,19 @@ class InferenceParams(StrictModel):
     # The drafter's input projection in hidden x hidden units; None: the method's (llm/speculative.py
     # DRAFT_FC_INPUTS: eagle 2, eagle3 3, mtp 2, draft_model 0).
     speculative_draft_fc_inputs: int | None = Field(None, ge=0)
+    # The drafter's first forward: false (vLLM 0.11's default, SpeculativeConfig.disable_padded_drafter_batch
+    # False; gpu_model_runner.py propose_draft_token_ids -> EagleProposer.prepare_inputs_padded: "all tokens
+    # are included as inputs to the speculator, with the rejected tokens used as padding") runs it over
+    # the k + 1 positions the target verified a sequence; true (vLLM's disable_padded_drafter_batch,
+    # prepare_inputs) over the E tokens the step accepted, as SGLang 0.4.6.post5's draft-extend does
+    # (eagle_utils.py prepare_extend_after_decode: extend_lens = accept_length + 1; engine sglang sets it;
+    # 0.5.2 and 0.5.6 replay a graph padded to k + 1 a sequence). Either way its LM head scores one row a
+    # sequence.
+    speculative_disable_padded_drafter_batch: bool = False
+    # Whether an eagle / eagle3 / mtp drafter holds an LM head of its own beside the target's (its memory);
+    # None: the method's (llm/speculative.py DRAFT_OWN_LM_HEAD: vLLM's MTP module its own, an EAGLE head
+    # the target's; the SGLang engines share it for mtp too).
+    speculative_draft_own_lm_head: bool | None = None
 
     @field_validator("custom_all_reduce_max_bytes", mode="after")
     @classmethod
@@ -1189,15 +1202,17 @@ class InferenceParams(StrictModel):
                              "speculative_draft_model or set speculative_method: draft_model")
         return value
 
-    @field_validator("speculative_draft_layers", "speculative_draft_fc_inputs", mode="after")
+    @field_validator("speculative_draft_layers", "speculative_draft_fc_inputs",
+                     "speculative_disable_padded_drafter_batch", "speculative_draft_own_lm_head", mode="after")
     @classmethod
     def _head_shape_for_a_head(cls, value: Any, info: ValidationInfo) -> Any:
-        """The head's shape applies to a drafter of the target's layers (eagle, eagle3, mtp); the fc
-        inputs to any drafter; away from their defaults only."""
+        """The head's shape (its layers, its own LM head) applies to a drafter of the target's layers
+        (eagle, eagle3, mtp); the fc inputs and the first forward's padding to any drafter; away from
+        their defaults only."""
         name = info.field_name or ""
         method = (info.data or {}).get("speculative_method")
-        heads = ("eagle", "eagle3", "mtp") if name == "speculative_draft_layers" else \
-            ("draft_model", "eagle", "eagle3", "mtp")
+        heads = ("eagle", "eagle3", "mtp") if name in ("speculative_draft_layers", "speculative_draft_own_lm_head") \
+            else ("draft_model", "eagle", "eagle3", "mtp")
         if value != cls.model_fields[name].default and method not in heads:
             raise ValueError(f"applies with speculative_method {' / '.join(heads)}, not {method}; remove {name}")
         return value
@@ -1215,7 +1230,8 @@ class InferenceParams(StrictModel):
 # InferenceParams' speculative-decoding keys: a served model (reward model, teacher) prefills and decodes
 # nothing, so it takes none of them from the rollout engine's (rl/llm_costs.py _resolve_one).
 SPECULATIVE_KEYS = ("speculative_method", "num_speculative_tokens", "speculative_acceptance_rate",
-                    "speculative_draft_model", "speculative_draft_layers", "speculative_draft_fc_inputs")
+                    "speculative_draft_model", "speculative_draft_layers", "speculative_draft_fc_inputs",
+                    "speculative_disable_padded_drafter_batch", "speculative_draft_own_lm_head")
 
 
 @dataclass(frozen=True)

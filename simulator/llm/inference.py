@@ -297,7 +297,7 @@ class StepCost:
 
     def _set_draft_rates(self, model: ModelSpec, device: Any, params: InferenceParams, gemm_eff: float) -> None:
         """The speculative step's rates a context token (verification's k + 1 queries and the draft
-        forwards' E + k - 1 a sequence attend to it; the target's KV read once, the draft's each of
+        forwards' draft_tokens a sequence attend to it; the target's KV read once, the draft's each of
         its k forwards), a token unit's share (/ E), and the draft's prefill rates."""
         d = self.draft
         assert d is not None
@@ -526,27 +526,46 @@ class StepCost:
     def _speculative_per_n(self, n: int) -> tuple[float, float, float, float, float, float]:
         """_plain_per_n's row of a token unit with speculation: 1/E of a step in which the target
         verifies k + 1 positions a sequence (its weights and state read once; its matmuls, links and
-        graph sized by (k + 1) n tokens) after k draft forwards (the first over the E n tokens the last
-        step accepted, the others over n; each reads the draft's weights and replays its graph). The
-        step's roofline is taken over the whole step, draft and verification, as over a plain step's
-        kernels."""
+        graph sized by (k + 1) n tokens) after k draft forwards (the first over first_tokens x n: the
+        (k + 1) n verified positions, vLLM's padded batch, or the E n accepted; the others over n; each
+        reads the draft's weights, runs its links and replays its graph, or runs eager, at its own width;
+        its LM head scores n rows). The step's roofline is taken over the whole step, draft and
+        verification, as over a plain step's kernels."""
         d = self.draft
         assert d is not None
         width = d.verified * n
         added, floor = self.overhead_s(width, n)
-        forwards = [d.tokens * n] + [float(n)] * (d.k - 1)
-        graphs = self.uses_graphs(n)
-        gap = self.params.cuda_graph_replay_s if graphs else max(self.params.cuda_graph_replay_s,
-                                                                 self.params.eager_kernel_gap_s * d.launches)
-        if floor > 0.0 and not graphs:   # the CPU launches the draft's kernels too
-            floor += d.k * self.launch_s * d.launches
+        forwards = self._draft_forwards(n)
+        eager = [not self.uses_graphs(tokens) for tokens in forwards]
+        eager_gap = max(self.params.cuda_graph_replay_s, self.params.eager_kernel_gap_s * d.launches)
+        gaps = sum(eager_gap if is_eager else self.params.cuda_graph_replay_s for is_eager in eager)
+        if floor > 0.0:   # the CPU launches the eager draft forwards' kernels too
+            floor += sum(eager) * self.launch_s * d.launches
         draft_read = sum(self._draft_read_s(tokens) for tokens in forwards)
-        draft_links = sum(self._draft_comm_s(tokens) for tokens in forwards) + d.k * gap
+        draft_links = sum(self._draft_comm_s(tokens) for tokens in forwards) + gaps
+        draft_matmuls = d.draft_tokens * n * d.layer_s_per_token + d.k * n * d.head_s_per_token
         E = d.tokens
-        return ((width * (self.lin_s_per_token + self.decode_per_seq_s) + d.draft_tokens * n * d.lin_s_per_token) / E,
+        return ((width * (self.lin_s_per_token + self.decode_per_seq_s) + draft_matmuls) / E,
                 (self.weight_read_s(width) + n * self.decode_seq_read_s + draft_read) / E,
                 (added + self.comm_s(width) + draft_links) / E,
                 self.decode_ctx_compute_s * n, self.decode_ctx_memory_s * n, floor / E)
+
+    def decode_comm_s(self, n: int) -> float:
+        """The TP all-reduces and EP all-to-alls of a token unit of n sequences (decode_step_s's unit):
+        a decode step's; with speculation 1/E of a step's, the verification's (k + 1) n tokens and the
+        draft forwards'."""
+        d = self.draft
+        if d is None:
+            return self.comm_s(n)
+        drafts = sum(self._draft_comm_s(tokens) for tokens in self._draft_forwards(n))
+        return (self.comm_s(d.verified * n) + drafts) / d.tokens
+
+    def _draft_forwards(self, n: int) -> list[float]:
+        """The tokens of a speculative step's k draft forwards for n sequences: the first's
+        first_tokens a sequence, then one each."""
+        d = self.draft
+        assert d is not None
+        return [d.first_tokens * n] + [float(n)] * (d.k - 1)
 
     def _draft_read_s(self, tokens: float) -> float:
         """The drafter's weights a forward of ``tokens`` tokens streams (the experts some token picked)."""

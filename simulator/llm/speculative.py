@@ -7,8 +7,11 @@ positions of each sequence in one forward: its weights read once, its GEMM and a
 its KV read once. With an acceptance rate alpha per drafted token (i.i.d.: Leviathan et al. 2023, arXiv
 2211.17192, eq. 1) a step yields E = (1 - alpha^(k+1)) / (1 - alpha) tokens a sequence on average (k + 1
 at alpha = 1). The drafter's forwards follow vLLM V1's EagleProposer.propose (v1/spec_decode/eagle.py):
-the first over the tokens the last step accepted (E a sequence), then k - 1 of one token each, so a
-step runs k draft forwards over E + k - 1 tokens a sequence.
+the first over the k + 1 positions the target verified, the rejected ones as padding (vLLM 0.11's
+default, prepare_inputs_padded; speculative_disable_padded_drafter_batch: over the E tokens the step
+accepted, prepare_inputs, as SGLang 0.4.6.post5's draft-extend), then k - 1 of one token each; each forward's LM
+head scores one row a sequence (propose's last_token_indices). A step's drafter layers see 2k tokens a
+sequence (E + k - 1 unpadded), its LM head k.
 
 This module holds the draft's figures per device; llm/inference.py StepCost prices the step.
 """
@@ -29,9 +32,16 @@ from .architecture import ModelSpec, dtype_bytes, load_model
 # 2h -> h (deepseek_mtp.py); a separate draft model has none. InferenceParams.speculative_draft_fc_inputs
 # overrides it.
 DRAFT_FC_INPUTS = {"eagle": 2, "eagle3": 3, "mtp": 2, "draft_model": 0}
-# Methods whose drafter is a head of the target's own shape, sharing its embedding and LM head (vLLM
-# EagleProposer.load_model shares them with the target; DeepSeek-V3's MTP module has none of its own).
+# Methods whose drafter is a head of the target's own shape, sharing its embedding (vLLM
+# EagleProposer.load_model shares embed_tokens with the target).
 HEAD_METHODS = ("eagle", "eagle3", "mtp")
+# Whether the head holds an LM head of its own, by method (InferenceParams.speculative_draft_own_lm_head
+# overrides it; the SGLang engines force false for mtp): vLLM 0.11 shares the target's with an EAGLE head
+# (eagle.py load_model: `self.model.lm_head = target_language_model.lm_head`; an EAGLE-3 head of the
+# target's vocabulary too), while its DeepSeek MTP module allocates its own (deepseek_mtp.py SharedHead:
+# `self.head = ParallelLMHead(...)`, the checkpoint's shared_head, which compute_logits uses); SGLang
+# shares both with an MTP module too (0.4.6.post5 speculative/eagle_worker.py: set_embed_and_head).
+DRAFT_OWN_LM_HEAD = {"eagle": False, "eagle3": False, "mtp": True}
 
 
 def tokens_per_step(acceptance_rate: float, k: int) -> float:
@@ -92,27 +102,40 @@ class Draft:
     """One device's share of the drafter and a speculative step's shape.
 
     ``k`` drafted tokens a sequence; ``verified`` = k + 1 positions the target scores a sequence;
-    ``tokens`` E, the expected tokens a step yields a sequence; ``draft_tokens`` = E + k - 1, the
-    tokens the k draft forwards take a sequence. Bytes and seconds are per device: ``resident_bytes``
-    the drafter's weights the engine holds beside the target's; ``dense_bytes`` / ``expert_bytes``
-    what a draft forward streams (its layers, fc and the LM head; the experts its tokens touch,
-    ``route_p`` a token a device's expert); ``kv_bytes_per_token`` its cache a context token;
-    ``lin_s_per_token`` its matmuls a token; ``attn_s_per_ctx`` its attention a (query, context token)
-    pair; ``launches`` an eager forward's kernel launches."""
+    ``tokens`` E, the expected tokens a step yields a sequence; ``first_tokens`` the first draft
+    forward's tokens a sequence (k + 1 padded, E not); ``draft_tokens`` = first_tokens + k - 1, the
+    tokens the k draft forwards' layers take a sequence (their LM head k: one row a forward). Bytes and
+    seconds are per device: ``resident_bytes`` the drafter's weights the engine holds beside the
+    target's; ``dense_bytes`` / ``expert_bytes`` what a draft forward streams (its layers, fc and the LM
+    head; the experts its tokens touch, ``route_p`` a token a device's expert); ``kv_bytes_per_token``
+    its cache a context token; ``layer_s_per_token`` its layers' and fc's matmuls a token,
+    ``head_s_per_token`` its LM head's a scored row; ``attn_s_per_ctx`` its attention a (query, context
+    token) pair; ``launches`` an eager forward's kernel launches."""
 
     model: ModelSpec
     k: int
     verified: int
     tokens: float
-    draft_tokens: float
+    first_tokens: float
     resident_bytes: float
     dense_bytes: float
     expert_bytes: float
     route_p: float
     kv_bytes_per_token: float
-    lin_s_per_token: float
+    layer_s_per_token: float
+    head_s_per_token: float
     attn_s_per_ctx: float
     launches: float
+
+    @property
+    def draft_tokens(self) -> float:
+        """The tokens the k draft forwards' layers take a sequence: the first's, then one each."""
+        return self.first_tokens + self.k - 1
+
+    @property
+    def lin_s_per_token(self) -> float:
+        """Its matmuls a token that its LM head scores too (a prefill's, as the target's lines count it)."""
+        return self.layer_s_per_token + self.head_s_per_token
 
 
 def build_draft(model: ModelSpec, layout: Any, params: InferenceParams, *, linear_rate: float, attn_rate: float,
@@ -131,8 +154,11 @@ def build_draft(model: ModelSpec, layout: Any, params: InferenceParams, *, linea
                  else params.speculative_draft_fc_inputs)
     fc = fc_inputs * draft.hidden * draft.hidden
     head = params.speculative_method in HEAD_METHODS
-    # held: a head shares the target's embedding and LM head; a draft model holds its own
-    shared = draft.params_embedding + draft.params_lm_head if head else 0
+    own_head = head and (DRAFT_OWN_LM_HEAD[params.speculative_method] if params.speculative_draft_own_lm_head is None
+                         else params.speculative_draft_own_lm_head)
+    # held: a head shares the target's embedding and, unless it has its own, its LM head; a draft model
+    # holds both of its own
+    shared = draft.params_embedding + (0 if own_head else draft.params_lm_head) if head else 0
     experts = draft.params_routed_experts
     dense = draft.params_total - experts
     resident = ((dense - shared + fc) / tp + experts / (tp * ep)) * wbytes
@@ -144,12 +170,16 @@ def build_draft(model: ModelSpec, layout: Any, params: InferenceParams, *, linea
     tokens = tokens_per_step(float(params.speculative_acceptance_rate or 0.0), k)
     launches = (params.launches_per_step + params.launches_per_layer * draft.num_layers
                 + params.launches_per_moe_layer * draft.num_moe_layers)
-    return Draft(model=draft, k=k, verified=k + 1, tokens=tokens, draft_tokens=tokens + k - 1,
+    # the LM head's matmul a scored row (its table whether tied or not, and its bias)
+    head_params = draft.params_lm_head + (draft.vocab * draft.hidden if draft.tied_head else 0)
+    return Draft(model=draft, k=k, verified=k + 1, tokens=tokens,
+                 first_tokens=tokens if params.speculative_disable_padded_drafter_batch else float(k + 1),
                  resident_bytes=resident, dense_bytes=(dense - lookup_only + fc) * wbytes / tp,
                  expert_bytes=experts * wbytes / (tp * ep),
                  route_p=draft.experts_per_token / draft.num_experts if draft.is_moe else 0.0,
                  kv_bytes_per_token=kv_elems * kvbytes,
-                 lin_s_per_token=2.0 * (draft.params_compute + fc) / (tp * ep) / linear_rate,
+                 layer_s_per_token=2.0 * (draft.params_compute - head_params + fc) / (tp * ep) / linear_rate,
+                 head_s_per_token=2.0 * head_params / (tp * ep) / linear_rate,
                  attn_s_per_ctx=(draft.attention_flops_per_context_token(absorb_mla=params.absorb_mla)
                                  / (tp * ep) / attn_rate),
                  launches=launches)

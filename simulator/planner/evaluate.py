@@ -238,7 +238,7 @@ class RolloutEvaluator:
         memory = max(self._memory_per_device(run_step, run_share) for _, _, run_step, run_share in runs)
         running = min(per_instance, step.max_running)
         decode = step.decode_step_s(running, running * (s.prompt_len + s.response_len / 2))
-        comm = step.comm_s(running) / decode if decode > 0 else 0.0
+        comm = step.decode_comm_s(running) / decode if decode > 0 else 0.0   # both a token unit's
         return Evaluation(step_time_s=makespan, tflops_per_device=flops / (makespan * layout.devices) / 1e12,
                           mfu=flops / (makespan * peak), memory_per_device_bytes=memory,
                           comm_fraction=min(comm, 1.0))

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.engine_software import model_forced
 from simulator.errors import RlsimError
 from simulator.hardware.devices import get_device
 from simulator.llm import inference
@@ -31,16 +32,23 @@ def _spec(alpha: float = 0.7, k: int = 3, method: str = "eagle", **extra) -> Inf
 
 def _verify_step_by_hand(cost: StepCost, n: int, context: float) -> float:
     """One speculative step of n sequences holding `context` tokens, from the step's parts (a dense
-    model on one device, CUDA graphs): k draft forwards then the target's verification of k + 1
-    positions a sequence, one roofline over both."""
-    d = cost.draft
+    model on one device): k draft forwards (vLLM's padded batch: the first over the (k + 1) n verified
+    positions, the others over n; each a CUDA graph up to cuda_graph_max_batch tokens, else eager; the
+    LM head a row a sequence a forward) then the target's verification of k + 1 positions a sequence,
+    one roofline over both."""
+    d, p = cost.draft, cost.params
     width = d.verified * n
     added, floor = cost.overhead_s(width, n)
-    compute = (width * cost.lin_s_per_token + d.draft_tokens * n * d.lin_s_per_token
-               + (d.verified * cost.decode_attn_s_per_ctx + d.draft_tokens * d.attn_s_per_ctx) * context)
+    forwards = [width] + [n] * (d.k - 1)
+    layer_tokens = sum(forwards) / n   # 2k a sequence
+    compute = (width * cost.lin_s_per_token + layer_tokens * n * d.layer_s_per_token + d.k * n * d.head_s_per_token
+               + (d.verified * cost.decode_attn_s_per_ctx + layer_tokens * d.attn_s_per_ctx) * context)
     memory = (cost.weight_read_s(width) + d.k * d.dense_bytes / cost.bw
               + (cost.kv_s_per_token + d.k * d.kv_bytes_per_token / cost.bw) * context)
-    links = added + cost.comm_s(width) + d.k * cost.params.cuda_graph_replay_s
+    eager_gap = max(p.cuda_graph_replay_s, p.eager_kernel_gap_s * (p.launches_per_step + p.launches_per_layer
+                                                                    * d.model.num_layers))
+    gaps = sum(p.cuda_graph_replay_s if tokens <= p.cuda_graph_max_batch else eager_gap for tokens in forwards)
+    links = added + cost.comm_s(width) + gaps
     return max(floor, max(compute, memory) + links)
 
 
@@ -98,6 +106,81 @@ def test_prefill_adds_the_drafts_pass_over_the_prompt():
     assert spec.prefill_s(tokens, pairs) == pytest.approx(max(floor, max(compute, memory) + added + plain.comm_s(tokens)),
                                                           rel=1e-12)
     assert spec.prefill_many_s(np.array([tokens]), np.array([pairs]), np.array([1]))[0] == spec.prefill_s(tokens, pairs)
+
+
+# ---- the drafter's forwards as vLLM 0.11 runs them ---------------------------------------------------
+def _eagle_flops(model) -> tuple[float, float]:
+    """(an EAGLE head's layer-and-fc FLOPs a token, its LM head's a scored row), from the target's shape:
+    one decoder layer, its final norm, fc 2h -> h; the untied vocab x h head."""
+    h = model.hidden
+    layer = model.attention_params + model.dense_ffn_params + model.norm_params_per_layer + h + 2 * h * h
+    return 2.0 * layer, 2.0 * model.vocab * h
+
+
+def _draft_matmul_s(cost: StepCost, n: int) -> float:
+    """A whole step's matmul seconds less the target's verification: the draft forwards'."""
+    d = cost.draft
+    return cost._per_n(n)[0] * d.tokens - d.verified * n * (cost.lin_s_per_token + cost.decode_per_seq_s)
+
+
+@pytest.mark.parametrize("unpadded", [False, True])
+@pytest.mark.parametrize("n, k, alpha", [(1, 3, 0.6), (256, 3, 0.6), (64, 5, 0.8)])
+def test_draft_layers_see_2k_tokens_a_sequence_and_its_lm_head_k(n, k, alpha, unpadded):
+    """vLLM 0.11's padded drafter batch (disable_padded_drafter_batch False): the first draft forward's
+    layers run over the k + 1 verified positions, the k - 1 others over one token, 2k in all; the LM head
+    scores one row a sequence a forward, k. Unpadded (SGLang 0.4.6's draft-extend): E + k - 1 and k."""
+    assert not QWEN.tied_head and not QWEN.head_bias
+    cost = StepCost(QWEN, H100, RolloutLayout(max_num_seqs=1024),
+                    _spec(alpha=alpha, k=k, speculative_disable_padded_drafter_batch=unpadded))
+    layer, head = _eagle_flops(QWEN)
+    e = sum(alpha ** i for i in range(k + 1))
+    layer_tokens = (e + k - 1) if unpadded else 2 * k
+    rate = H100.peak("bf16") * H100.gemm_efficiency
+    assert _draft_matmul_s(cost, n) == pytest.approx((layer_tokens * n * layer + k * n * head) / rate, rel=1e-12)
+
+
+def test_the_padded_first_forward_runs_eager_beyond_the_graphs():
+    """n = 200, k = 3: the padded first draft forward has 800 tokens, past the 512 captured, so it runs
+    eager (its kernels' gaps); unpadded at alpha 0.6 it has 200 E = 435 and replays its graph."""
+    p = InferenceParams()
+    replay, eager = p.cuda_graph_replay_s, max(p.cuda_graph_replay_s,
+                                               p.eager_kernel_gap_s * (p.launches_per_step + p.launches_per_layer))
+    n, k = 200, 3
+    for unpadded, first_gap in ((False, eager), (True, replay)):
+        cost = StepCost(QWEN, H100, RolloutLayout(max_num_seqs=1024),
+                        _spec(alpha=0.6, k=k, speculative_disable_padded_drafter_batch=unpadded))
+        added, _ = cost.overhead_s((k + 1) * n, n)
+        links = cost._per_n(n)[2] * cost.draft.tokens - added - cost.comm_s((k + 1) * n)
+        assert links == pytest.approx(first_gap + (k - 1) * replay, rel=1e-12)
+
+
+def test_a_token_units_links_are_the_speculative_steps():
+    """decode_comm_s: the links of decode_step_s's unit, 1/E of the verification's and the k draft
+    forwards' (the planner's comm_fraction divides it by that unit's time); a plain step's comm_s."""
+    layout = RolloutLayout(tp=2, max_num_seqs=1024)
+    plain, spec = StepCost(QWEN, H100, layout), StepCost(QWEN, H100, layout, _spec(alpha=0.6, k=3))
+    n = 64
+    assert plain.decode_comm_s(n) == plain.comm_s(n)
+    drafts = spec._draft_comm_s(4 * n) + 2 * spec._draft_comm_s(n)
+    assert spec.decode_comm_s(n) == pytest.approx((spec.comm_s(4 * n) + drafts) / spec.draft.tokens, rel=1e-12)
+    assert spec.decode_comm_s(n) > spec.comm_s(n) / spec.draft.tokens
+
+
+def test_an_mtp_module_holds_its_own_lm_head_in_vllm_and_shares_it_in_sglang():
+    """vLLM 0.11's DeepSeek MTP module allocates its own ParallelLMHead (SharedHead); SGLang gives it the
+    target's (set_embed_and_head): the vocab x h table's bytes beside the weights, or not."""
+    h = QWEN.hidden
+    layer = QWEN.attention_params + QWEN.dense_ffn_params + QWEN.norm_params_per_layer
+    shared_bytes = (layer + h + 2 * h * h) * 2
+    own = StepCost(QWEN_MTP, H100, RolloutLayout(), _spec(method="mtp"))
+    shared = StepCost(QWEN_MTP, H100, RolloutLayout(), _spec(method="mtp", speculative_draft_own_lm_head=False))
+    assert own.draft.resident_bytes == shared_bytes + QWEN.vocab * h * 2
+    assert shared.draft.resident_bytes == shared_bytes
+    assert StepCost(QWEN, H100, RolloutLayout(), _spec(method="eagle")).draft.resident_bytes == shared_bytes
+    for engine, own_head, unpadded in (("sglang", False, True), ("sglang-0.5.6", False, False)):
+        forced, notes = model_forced(engine, _spec(method="mtp"), QWEN_MTP)
+        assert forced.speculative_draft_own_lm_head is own_head
+        assert forced.speculative_disable_padded_drafter_batch is unpadded and notes
 
 
 # ---- off is today ----------------------------------------------------------------------------------
@@ -176,6 +259,9 @@ def test_a_draft_model_holds_its_own_weights_and_cache():
     ({"speculative_method": "draft_model", "num_speculative_tokens": 3, "speculative_acceptance_rate": 0.7,
       "speculative_draft_model": "qwen2.5-0.5b", "speculative_draft_layers": 2}, "speculative_draft_layers"),
     ({"speculative_draft_fc_inputs": 2}, "speculative_draft_fc_inputs"),
+    ({"speculative_disable_padded_drafter_batch": True}, "speculative_disable_padded_drafter_batch"),
+    ({"speculative_method": "draft_model", "num_speculative_tokens": 3, "speculative_acceptance_rate": 0.7,
+      "speculative_draft_model": "qwen2.5-0.5b", "speculative_draft_own_lm_head": True}, "speculative_draft_own_lm_head"),
     ({"speculative_method": "eagle", "num_speculative_tokens": 3, "speculative_acceptance_rate": 1.5},
      "speculative_acceptance_rate"),
 ])
