@@ -681,6 +681,23 @@ class CommParams(StrictModel):
     # overlap_comm: the step's first m - 1 reductions add (m - 1) x the gradient reduction x (1 -
     # dp_overlap_fraction). False: one reduction a step (Megatron-Core's no_sync; DeepSpeed's ZeRO 0-1).
     zero2_reduce_every_micro_batch: bool = False
+    # ZeRO-3 gathers and reduces the input embedding and output head in every micro-batch, as the layers:
+    # DeepSpeed's ZeRO-3 fetches every submodule's parameters in its pre-forward hook and reduce-scatters
+    # each parameter's gradient through the IPG bucket in every backward (deepspeed 0.19.6 runtime/zero/
+    # parameter_offload.py _pre_forward_module_hook -> partitioned_param_coordinator.py fetch_sub_module;
+    # stage3.py reduce_independent_p_g_buckets_and_remove_grads, independent_gradient_partition_epilogue:
+    # "called after every backward"); no root unit kept gathered across micro-batches. The step's first
+    # m - 1 micro-batches add (m - 1) x (the embedding and head's gather + reduce-scatter) x (1 -
+    # dp_overlap_fraction). False: once a step (FSDP's root unit).
+    zero3_outer_sync_every_micro_batch: bool = False
+    # ZeRO-3 waits, at the end of each backward, for the reduce-scatter of its last IPG bucket (stage3.py
+    # independent_gradient_partition_epilogue: __reduce_and_partition_ipg_grads of what the bucket holds,
+    # then reduce_and_partition_stream.synchronize()): that bucket's reduction is exposed in full, every
+    # micro-batch. The bucket is filled in backward order (output head, layers last to first, input
+    # embedding) and reduced before a gradient that would overflow memory.zero_reduce_bucket_params
+    # elements (reduce_independent_p_g_buckets_and_remove_grads; each layer's gradients taken together).
+    # False: the per-layer reduce-scatters hide by their fractions alone (FSDP).
+    zero3_backward_waits_last_bucket: bool = False
     # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
     # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
     optimizer_traffic_bytes_per_param: float = Field(30.0, ge=0)
@@ -892,6 +909,16 @@ class TrainParams(StrictModel):
             raise ValueError("memory.grad_partition_on_host keeps the gradient partition on the host already: "
                              "offload.grads has nothing to move; remove offload.grads, or "
                              "memory.grad_partition_on_host")
+        return self
+
+    @model_validator(mode="after")
+    def _last_bucket_has_a_size(self) -> "TrainParams":
+        """comm.zero3_backward_waits_last_bucket reads the bucket's size, memory.zero_reduce_bucket_params."""
+        if self.comm.zero3_backward_waits_last_bucket and self.memory.zero_reduce_bucket_params <= 0:
+            raise ValueError("comm.zero3_backward_waits_last_bucket waits for the last IPG bucket of "
+                             "memory.zero_reduce_bucket_params elements, which is 0: set "
+                             "memory.zero_reduce_bucket_params (DeepSpeed's reduce_bucket_size, 5e8), or remove "
+                             "comm.zero3_backward_waits_last_bucket")
         return self
 
     @classmethod
@@ -1604,6 +1631,9 @@ LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
     "zero2_reduce_every_micro_batch": LayoutGate(lambda lay: lay.zero == 2, "ZeRO-2 (train_layout.zero: 2)",
                                                  "the partitioned gradients' reduction in each backward",
                                                  "set workload.train_layout.zero: 2"),
+    **dict.fromkeys(("zero3_outer_sync_every_micro_batch", "zero3_backward_waits_last_bucket"), LayoutGate(
+        lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)", "DeepSpeed ZeRO-3's per-micro-batch "
+        "collectives", "set workload.train_layout.zero: 3")),
     "pp_scatter_gather": LayoutGate(lambda lay: lay.pp > 1 and lay.tp > 1 and not lay.sp, "pipeline and tensor "
                                     "parallelism without sequence parallelism (train_layout.pp > 1, tp > 1, "
                                     "sequence_parallel: false)", "the split of each replicated send over the TP "

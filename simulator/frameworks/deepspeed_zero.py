@@ -126,7 +126,12 @@ def zero3_train_params(*, fp32_grad_accum: bool = False, optimizer_on_host: bool
                               "zero3_max_live_params": float(DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS)}
     if not optimizer_on_host:
         memory["grad_buffer_persists"] = True
-    return {"memory": memory, "comm": {"grad_reduce_bytes_per_param": DEEPSPEED_GRAD_BYTES_PER_PARAM}}
+    # every submodule gathered and reduced in each micro-batch, the embedding and head too, and each
+    # backward's end waiting for the last bucket (CommParams.zero3_outer_sync_every_micro_batch,
+    # zero3_backward_waits_last_bucket say where in stage3.py)
+    return {"memory": memory, "comm": {"grad_reduce_bytes_per_param": DEEPSPEED_GRAD_BYTES_PER_PARAM,
+                                       "zero3_outer_sync_every_micro_batch": True,
+                                       "zero3_backward_waits_last_bucket": True}}
 
 
 def merge_train_params(workload: dict[str, Any], sections: dict[str, dict[str, Any]]) -> None:

@@ -1380,6 +1380,10 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
             dp = _grad_sync_exposed(grads, f, chunks[s], end) + _weight_gather_exposed(weights, f, chunks[s])
         if layout.zero == 2 and c.zero2_reduce_every_micro_batch:   # the earlier backwards' reductions
             dp += (micro_batches - 1) * grads * (1 - f)
+        if layout.zero >= 3 and c.zero3_outer_sync_every_micro_batch:   # DeepSpeed: the earlier micro-batches'
+            dp += (micro_batches - 1) * (grads + weights) * (1 - f)
+        if layout.zero >= 3 and c.zero3_backward_waits_last_bucket:
+            dp += micro_batches * _last_bucket_wait(model, layout, groups, comm, params, s, f)
         shard = layout.zero_shard if layout.zero >= 1 else 1
         eshard = layout.expert_zero_shard if layout.zero >= 1 else 1
         opt = (dense / shard + expert / eshard) * c.optimizer_traffic_bytes_per_param / rates.hbm_Bps
@@ -1388,6 +1392,46 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         opt_list.append(opt)
         tail.append((end, dp, opt))
     return dp_list, opt_list, tail
+
+
+def _last_bucket_wait(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, params: TrainParams,
+                      stage: int, outer_hidden: float) -> float:
+    """DeepSpeed ZeRO-3's wait at each backward's end for its last IPG bucket's reduce-scatter
+    (comm.zero3_backward_waits_last_bucket), beyond what the collectives' own exposure counts: of the
+    embedding / head in it (1 - `outer_hidden`) is counted already, of the layers' (1 - their reduce
+    fraction); the rest waits. Dense gradients over the dp group (LoRA: none of the outer). The embedding /
+    head join the bucket where they are reduced every micro-batch (comm.zero3_outer_sync_every_micro_batch);
+    otherwise once a step apart from it (FSDP's root unit)."""
+    outer_elems, layer_elems = _last_bucket_elements(model, layout, stage, params.memory.zero_reduce_bucket_params,
+                                                     params.comm.zero3_outer_sync_every_micro_batch)
+    total = outer_elems + layer_elems
+    if total <= 0 or len(groups.dp[stage]) < 2:
+        return 0.0
+    full, _ = _sharded_sync(comm, groups, stage, False, total * params.comm.grad_reduce_bytes_per_param, 0.0)
+    _, r_frac = _fsdp_hidden(params.comm)
+    return full * (outer_elems * outer_hidden + layer_elems * r_frac) / total
+
+
+def _last_bucket_elements(model: Any, layout: TrainLayout, stage: int, bucket: float,
+                          with_outer: bool) -> tuple[float, float]:
+    """(embedding / head, layers) elements left in the IPG bucket when `stage`'s backward ends: its gradients
+    in backward order (head, layers last to first, embedding; a layer's together), the bucket reduced
+    before one that would overflow `bucket` elements unless it is empty (stage3.py
+    reduce_independent_p_g_buckets_and_remove_grads)."""
+    shapes = layer_shapes(model)
+    chunks = layout_stage_layers(int(model.num_layers), layout)
+    layers = [i for c in range(layout.vpp) for i in chunks[c * layout.pp + stage]]
+    frozen = bool(getattr(model, "adapter_rank", 0)) or not with_outer
+    emb, head = (0.0, 0.0) if frozen else _stage_outer_params(model, _shape_layout(layout))[stage]
+    pieces = [(head, True)] + [(shapes[i].trainable_dense_params / layout.tp, False) for i in reversed(layers)]
+    outer = inner = 0.0
+    for size, is_outer in pieces + [(emb, True)]:
+        if size <= 0:
+            continue
+        if outer + inner > 0 and outer + inner + size > bucket:
+            outer = inner = 0.0
+        outer, inner = (outer + size, inner) if is_outer else (outer, inner + size)
+    return outer, inner
 
 
 def _grad_sync_exposed(t: float, fraction: float, chunks: Sequence[tuple[float, float, float, float]],

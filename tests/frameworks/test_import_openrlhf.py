@@ -396,6 +396,9 @@ def test_padded_rows_attention_as_openrlhfs_attn_implementation_runs_it():
 ZERO3_MEMORY = {"grad_bytes_per_param": 2.0, "grad_buffer_persists": True, "zero_reduce_bucket_params": 5e8,
                 "zero_reduce_buckets": 2, "zero_reduce_buckets_kept": 1,
                 "zero3_max_live_params": 1e9}
+# ... and every micro-batch's embedding / head sync and the wait for the last bucket
+ZERO3_COMM = {"grad_reduce_bytes_per_param": 2.0, "zero3_outer_sync_every_micro_batch": True,
+              "zero3_backward_waits_last_bucket": True}
 
 
 def _zero_params(*overrides: str) -> tuple[dict, dict, object]:
@@ -443,7 +446,7 @@ def test_zero_1_2_hold_the_all_reduces_flattened_copy_beside_their_buckets(stage
     (1, {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 2,
          "zero_step_grad_copy_bytes_per_param": 6.0},
      {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce"}),
-    (3, ZERO3_MEMORY, {"grad_reduce_bytes_per_param": 2.0})])
+    (3, ZERO3_MEMORY, ZERO3_COMM)])
 def test_each_zero_stage_takes_its_own_deepspeed_keys(stage, memory, comm):
     got_memory, got_comm, r = _zero_params(f"ds.zero_stage={stage}")
     assert (got_memory, got_comm) == (memory, comm)

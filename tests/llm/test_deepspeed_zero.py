@@ -276,3 +276,76 @@ def test_step_copies_beside_a_host_gradient_partition_are_refused():
     with pytest.raises(ValueError, match="remove zero_step_grad_copy_bytes_per_param, or grad_partition_on_host"):
         MemoryParams(grad_partition_on_host=True, zero_step_grad_copy_bytes_per_param=6.0)
 
+
+
+def _zero3_dp_exposed(comm: CommParams, memory: MemoryParams | None = None) -> float:
+    lay = TrainLayout(dp=8, zero=3, recompute="full")
+    params = TrainParams(comm=comm, memory=memory or MemoryParams(grad_bytes_per_param=2.0))
+    return train_step_cost(QWEN, lay, ONE_NODE, sequences=uniform_sequences(32, 1024), params=params).comm_exposed_s["dp"]
+
+
+def _outer_params(model) -> float:
+    from simulator.llm.layer_costs import embedding_params
+
+    emb, head = embedding_params(model)
+    return emb + (0.0 if model.tied_head else head)
+
+
+def test_deepspeeds_zero3_gathers_and_reduces_the_embedding_and_head_every_micro_batch():
+    """No overlap, 4 micro-batches a replica: 3 more all-gathers and reduce-scatters of the embedding and
+    head (bf16) than FSDP's root unit, synced once a step."""
+    net, ranks = CollectiveModel(ONE_NODE), list(range(8))
+    outer = _outer_params(QWEN) * 2.0
+    once = CommParams(grad_reduce_bytes_per_param=2.0)
+    every = CommParams(grad_reduce_bytes_per_param=2.0, zero3_outer_sync_every_micro_batch=True)
+    added = 3 * (net.cost("reduce_scatter", ranks, outer).time_s + net.cost("all_gather", ranks, outer).time_s)
+    assert _zero3_dp_exposed(every) - _zero3_dp_exposed(once) == pytest.approx(added, rel=1e-9)
+
+
+@pytest.mark.parametrize(("model_name", "with_outer", "expected"), [
+    ("llama3.1-8b", True, "embedding"),    # 128256 x 4096 = 525e6 > 5e8: the embedding alone, last
+    ("qwen2.5-7b", False, "two layers")])  # 28 layers of 233e6: buckets of 2, the last 2 layers'
+def test_zero3s_last_bucket_holds_what_follows_the_last_full_one_in_backward_order(model_name, with_outer, expected):
+    from simulator.llm.layer_costs import embedding_params, layer_shapes
+    from simulator.llm.training import _last_bucket_elements
+
+    model = load_model(model_name)
+    outer, inner = _last_bucket_elements(model, TrainLayout(dp=8, zero=3), 0, BUCKET, with_outer)
+    if expected == "embedding":
+        assert (outer, inner) == (embedding_params(model)[0], 0.0)
+    else:
+        layer = layer_shapes(model)[0].trainable_dense_params
+        assert 2 * layer <= BUCKET < 3 * layer and model.num_layers % 2 == 0
+        assert (outer, inner) == (0.0, pytest.approx(2 * layer, rel=1e-12))
+
+
+def test_deepspeeds_zero3_waits_for_its_last_bucket_after_every_backward():
+    """Per-layer reduce-scatters half hidden (fsdp_reduce_overlap_fraction 0.5), 4 micro-batches: each
+    backward's end waits for the hidden half of the last bucket's reduce-scatter (Qwen2.5-7B's last two
+    layers, the embedding reduced apart): 4 x 0.5 x reduce_scatter(2 layers x 2 B)."""
+    from simulator.llm.layer_costs import layer_shapes
+
+    net, ranks = CollectiveModel(ONE_NODE), list(range(8))
+    memory = MemoryParams(grad_bytes_per_param=2.0, zero_reduce_bucket_params=BUCKET, zero_reduce_buckets=2)
+    base = CommParams(grad_reduce_bytes_per_param=2.0, fsdp_reduce_overlap_fraction=0.5)
+    waits = base.model_copy(update={"zero3_backward_waits_last_bucket": True})
+    last = 2 * layer_shapes(QWEN)[0].trainable_dense_params * 2.0
+    added = 4 * 0.5 * net.cost("reduce_scatter", ranks, last).time_s
+    assert _zero3_dp_exposed(waits, memory) - _zero3_dp_exposed(base, memory) == pytest.approx(added, rel=1e-9)
+
+
+@pytest.mark.parametrize("knob", ["zero3_outer_sync_every_micro_batch", "zero3_backward_waits_last_bucket"])
+def test_zero3s_per_micro_batch_knobs_below_zero3_are_refused_naming_their_field(knob):
+    scenario = {"topology": {"preset": "dgx-h100", "nodes": 1},
+                "workload": {"model": "qwen2.5-7b", "prompts_per_step": 8, "samples_per_prompt": 4,
+                             "train_layout": {"zero": 2},
+                             "train_params": {"comm": {knob: True}, "memory": {"zero_reduce_bucket_params": BUCKET}}}}
+    with pytest.raises(RlsimError) as info:
+        load_scenario(scenario)
+    assert info.value.field == f"workload.train_params.comm.{knob}"
+    assert "ZeRO-3" in str(info.value)
+
+
+def test_the_last_bucket_wait_without_a_bucket_size_is_refused():
+    with pytest.raises(ValueError, match="zero_reduce_bucket_params"):
+        TrainParams(comm=CommParams(zero3_backward_waits_last_bucket=True))
