@@ -62,7 +62,12 @@ VLLM_SPECULATIVE_METHODS = {"eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp", 
                             "longcat_flash_mtp": "mtp"}
 # The speculative_config keys the import reads: what drafts, how many tokens, the draft's checkpoint (an
 # EAGLE head's or the MTP weights: priced as the method's head of the target's shape) and its TP.
-VLLM_SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "model", "draft_tensor_parallel_size")
+VLLM_SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "model", "draft_tensor_parallel_size",
+                         "disable_padded_drafter_batch")
+# The speculative_config flags read one for one onto workload.inference's keys: vLLM 0.11's
+# disable_padded_drafter_batch (config/speculative.py SpeculativeConfig, default False; true: the drafter's
+# first forward over the tokens a step accepted, eagle.py prepare_inputs, not the k + 1 verified positions)
+VLLM_SPECULATIVE_FLAGS = {"disable_padded_drafter_batch": "speculative_disable_padded_drafter_batch"}
 SPECULATION_NOTE = ("speculative decoding: the rate at which the target accepts a drafted token is in no framework "
                     "config (it depends on the draft, the data and the sampling temperature): give --set "
                     "workload.inference.speculative_acceptance_rate=A (from a measured mean of L tokens a step: "
@@ -94,9 +99,32 @@ def vllm_speculation(config: Mapping[str, Any], key: str, source: str, tp: int |
         raise RlsimError(f"a draft on {draft_tp} TP ranks beside a target on {tp} is not modelled (rlsim runs the "
                          "draft on the target's ranks)", source=source, field=f"{key}.draft_tensor_parallel_size",
                          fix=f"remove {key}.draft_tensor_parallel_size, or give {tp}")
-    return {"speculative_method": VLLM_SPECULATIVE_METHODS[method],
-            "num_speculative_tokens": positive_int(config["num_speculative_tokens"], f"{key}.num_speculative_tokens",
-                                                   source)}
+    mapped_keys = {"speculative_method": VLLM_SPECULATIVE_METHODS[method],
+                   "num_speculative_tokens": positive_int(config["num_speculative_tokens"],
+                                                          f"{key}.num_speculative_tokens", source)}
+    for name, target in VLLM_SPECULATIVE_FLAGS.items():
+        if config.get(name) is not None:
+            mapped_keys[target] = speculative_flag(config[name], f"{key}.{name}", source)
+    return mapped_keys
+
+
+def speculative_flag(value: Any, key: str, source: str) -> bool:
+    """A speculative_config flag: a YAML / JSON boolean (vLLM's field is a bool), RlsimError naming the key else."""
+    if not isinstance(value, bool):
+        raise RlsimError(f"expected true or false, got {value!r}", source=source, field=key,
+                         fix=f"pass {key}: true or false")
+    return value
+
+
+def speculative_entry_status(name: str) -> tuple[Status, str]:
+    """How an import reports a vLLM speculative_config entry: mapped (naming its workload.inference key) or
+    unsupported."""
+    if name in VLLM_SPECULATIVE_FLAGS:
+        return "mapped", f"workload.inference.{VLLM_SPECULATIVE_FLAGS[name]}"
+    if name in VLLM_SPECULATIVE_KEYS:
+        return "mapped", ("workload.inference.speculative_method / num_speculative_tokens (the draft's checkpoint: "
+                          "priced as the method's head of the target's shape)")
+    return "unsupported", "a speculative_config option rlsim does not read"
 
 
 def flat_speculation(v: Values, key: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]],
@@ -109,10 +137,7 @@ def flat_speculation(v: Values, key: str, w: dict[str, Any], decided: dict[str, 
         return False
     w.setdefault("inference", {}).update(vllm_speculation(entries, key, v.result.source, tp))
     for name in entries:
-        decided[f"{key}.{name}"] = (
-            ("mapped", "workload.inference.speculative_method / num_speculative_tokens (the draft's checkpoint: priced "
-                       "as the method's head of the target's shape)") if name in VLLM_SPECULATIVE_KEYS
-            else ("unsupported", "a speculative_config option rlsim does not read"))
+        decided[f"{key}.{name}"] = speculative_entry_status(name)
     v.result.notes.append(SPECULATION_NOTE)
     return True
 

@@ -45,7 +45,7 @@ from .common import (
     DTYPES,
     HF_EAGER,
     SPECULATION_NOTE,
-    VLLM_SPECULATIVE_KEYS,
+    VLLM_SPECULATIVE_FLAGS,
     FrameworkImport,
     Status,
     Values,
@@ -58,6 +58,7 @@ from .common import (
     hf_train_software,
     model_for,
     size_topology,
+    speculative_entry_status,
     vllm_speculation,
 )
 from .deepspeed_zero import merge_train_params, zero_train_params
@@ -339,8 +340,11 @@ def _server_speculation(v: Values, w: dict[str, Any], decided: dict[str, tuple[S
                          fix=f"pass {key}='{{\"method\": \"eagle\", \"num_speculative_tokens\": 3}}'")
     w["inference"].update(vllm_speculation(config, key, v.result.source, w["rollout_layout"]["tp"]))
     for name in config:
-        if name not in VLLM_SPECULATIVE_KEYS:
-            v.result.unsupported[f"{key}.{name}"] = "a speculative_config option rlsim does not read"
+        status, reason = speculative_entry_status(name)
+        if status == "unsupported":
+            v.result.unsupported[f"{key}.{name}"] = reason
+        elif name in VLLM_SPECULATIVE_FLAGS:   # a flag of its own key (the others map with the JSON's key)
+            v.result.mapped[f"{key}.{name}"] = reason
     v.result.notes.append(SPECULATION_NOTE)
 
 

@@ -39,7 +39,6 @@ from .common import (
     HF_FLASH_ATTENTION,
     MULTI_TURN_NOTE,
     SPECULATION_NOTE,
-    VLLM_SPECULATIVE_KEYS,
     FrameworkImport,
     Rule,
     Status,
@@ -62,6 +61,7 @@ from .common import (
     read_config,
     rule_for,
     size_topology,
+    speculative_entry_status,
     table_status,
     unsupported,
     vllm_speculation,
@@ -1692,8 +1692,7 @@ def _speculative_rollout(v: Values, engine: dict[str, Any], sglang: bool, decide
                                    v.count(f"{A}.rollout.tensor_model_parallel_size")))
     reason = "workload.inference.speculative_method / num_speculative_tokens"
     for name in entries:
-        decided[f"{VLLM_SPECULATIVE_CONFIG}.{name}"] = (("mapped", reason) if name in VLLM_SPECULATIVE_KEYS else
-                                                        ("unsupported", "a speculative_config option rlsim does not read"))
+        decided[f"{VLLM_SPECULATIVE_CONFIG}.{name}"] = speculative_entry_status(name)
     if mtp:
         _mark_mtp(v, ("enable", "enable_rollout", "method", "num_speculative_tokens"), reason, decided)
     v.result.notes.append(SPECULATION_NOTE)

@@ -106,3 +106,31 @@ def test_trl_server_speculative_config():
     with pytest.raises(RlsimError) as err:
         import_config("trl", TRL, ['vllm_serve.speculative_config={"method": "medusa", "num_speculative_tokens": 2}'])
     assert err.value.field == "vllm_serve.speculative_config.method"
+
+
+# vLLM 0.11's SpeculativeConfig.disable_padded_drafter_batch (config/speculative.py): the drafter's first
+# forward over the accepted tokens (prepare_inputs) rather than the k + 1 verified positions
+@pytest.mark.parametrize("framework, path, override, key", [
+    ("verl", VERL, f"+{VLLM_SPEC}={{method: eagle, num_speculative_tokens: 3, disable_padded_drafter_batch: FLAG}}",
+     f"{VLLM_SPEC}.disable_padded_drafter_batch"),
+    ("skyrl", SKYRL, "generator.inference_engine.speculative_config={method: eagle, num_speculative_tokens: 3, "
+                     "disable_padded_drafter_batch: FLAG}", "generator.inference_engine.speculative_config."
+                                                              "disable_padded_drafter_batch"),
+    ("trl", TRL, 'vllm_serve.speculative_config={"method": "eagle", "num_speculative_tokens": 3, '
+                 '"disable_padded_drafter_batch": FLAG}', "vllm_serve.speculative_config.disable_padded_drafter_batch"),
+])
+@pytest.mark.parametrize("flag", [True, False])
+def test_vllm_disable_padded_drafter_batch_is_mapped(framework, path, override, key, flag):
+    got, r = _speculation(framework, path, override.replace("FLAG", str(flag).lower()))
+    assert got == {"speculative_method": "eagle", "num_speculative_tokens": 3,
+                   "speculative_disable_padded_drafter_batch": flag}
+    assert key in r.mapped and key not in r.unsupported
+
+
+@pytest.mark.parametrize("value", ["'yes'", "1"])
+def test_a_disable_padded_drafter_batch_not_a_flag_is_refused_by_its_key(value):
+    with pytest.raises(RlsimError) as err:
+        import_config("verl", VERL, [f"+{VLLM_SPEC}={{method: eagle, num_speculative_tokens: 3, "
+                                     f"disable_padded_drafter_batch: {value}}}"])
+    assert err.value.field == f"{VLLM_SPEC}.disable_padded_drafter_batch"
+    assert "true or false" in err.value.fix
