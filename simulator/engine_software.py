@@ -345,7 +345,15 @@ def _mtp_speculates(model: Any, inference: Any) -> bool:
 SGLANG_MTP_SHARED_HEAD = ModelForcedSetting(
     "speculative_draft_own_lm_head", False, _mtp_speculates,
     "SGLang's MTP drafter shares the target's LM head (speculative/eagle_worker.py: set_embed_and_head)")
-SGLANG_SPECULATION = (SGLANG_SPECULATION_NO_OVERLAP, SGLANG_MTP_SHARED_HEAD)
+# SGLang holds no draft slots beyond a running request's tokens: its draft forwards' cache slots are taken
+# and given back within the step (0.4.6.post5, 0.5.2, 0.5.6 speculative/eagle_worker.py draft:
+# alloc_token_slots(..., backup_state=True) ... token_to_kv_pool_allocator.restore_state), where vLLM
+# 0.11 keeps num_speculative_tokens lookahead slots a running request (v1/core/sched/scheduler.py).
+SGLANG_NO_LOOKAHEAD = ModelForcedSetting(
+    "speculative_lookahead_tokens", 0, _speculates,
+    "SGLang's draft slots are taken and given back within a step (speculative/eagle_worker.py draft: "
+    "alloc_token_slots(backup_state=True), restore_state)")
+SGLANG_SPECULATION = (SGLANG_SPECULATION_NO_OVERLAP, SGLANG_MTP_SHARED_HEAD, SGLANG_NO_LOOKAHEAD)
 SGLANG = EngineSoftware(
     name="sglang",
     inference=SGLANG_INFERENCE,

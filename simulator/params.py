@@ -1178,6 +1178,14 @@ class InferenceParams(StrictModel):
     # None: the method's (llm/speculative.py DRAFT_OWN_LM_HEAD: vLLM's MTP module its own, an EAGLE head
     # the target's; the SGLang engines share it for mtp too).
     speculative_draft_own_lm_head: bool | None = None
+    # KV slots a running sequence holds beyond its context for the drafts it will write; None: the method's
+    # (llm/speculative.py LOOKAHEAD_METHODS): vLLM 0.11 reserves num_lookahead_tokens = num_speculative_tokens
+    # for an EAGLE-style drafter (eagle, eagle3, mtp: v1/core/sched/scheduler.py __init__, `if
+    # speculative_config.use_eagle(): self.num_lookahead_tokens = self.num_spec_tokens`) in every running
+    # request's allocate_slots each step (kv_cache_manager.py: computed + new + lookahead tokens), so its
+    # admission and preemption count them; 0 for a draft model (no use_eagle). The SGLang engines set 0
+    # (speculative/eagle_worker.py draft: its draft slots are allocated and restored within the step).
+    speculative_lookahead_tokens: int | None = Field(None, ge=0)
 
     @field_validator("custom_all_reduce_max_bytes", mode="after")
     @classmethod
@@ -1230,11 +1238,12 @@ class InferenceParams(StrictModel):
         return value
 
     @field_validator("speculative_draft_layers", "speculative_draft_fc_inputs",
-                     "speculative_disable_padded_drafter_batch", "speculative_draft_own_lm_head", mode="after")
+                     "speculative_disable_padded_drafter_batch", "speculative_draft_own_lm_head",
+                     "speculative_lookahead_tokens", mode="after")
     @classmethod
     def _head_shape_for_a_head(cls, value: Any, info: ValidationInfo) -> Any:
         """The head's shape (its layers, its own LM head) applies to a drafter of the target's layers
-        (eagle, eagle3, mtp); the fc inputs and the first forward's padding to any drafter; away from
+        (eagle, eagle3, mtp); the fc inputs, the first forward's padding and the lookahead slots to any drafter; away from
         their defaults only."""
         name = info.field_name or ""
         method = (info.data or {}).get("speculative_method")
@@ -1258,7 +1267,8 @@ class InferenceParams(StrictModel):
 # nothing, so it takes none of them from the rollout engine's (rl/llm_costs.py _resolve_one).
 SPECULATIVE_KEYS = ("speculative_method", "num_speculative_tokens", "speculative_acceptance_rate",
                     "speculative_draft_model", "speculative_draft_layers", "speculative_draft_fc_inputs",
-                    "speculative_disable_padded_drafter_batch", "speculative_draft_own_lm_head")
+                    "speculative_disable_padded_drafter_batch", "speculative_draft_own_lm_head",
+                    "speculative_lookahead_tokens")
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ class StepCost:
         builder = KV_POOLS[params.kv_pool] if _paged(model, params) else _vllm_pool
         kv_pool = builder(model, layout, params, kvbytes, share, self.kv_free_bytes_dev, layout_field)
         if self.draft is not None:   # the drafter's cache a token beside the target's (a full-attention target)
-            kv_pool = DraftPool(kv_pool, self.draft.kv_bytes_per_token)
+            kv_pool = DraftPool(kv_pool, self.draft.kv_bytes_per_token, self.draft.lookahead)
         self.kv_bytes_per_token_dev = kv_pool.token_bytes   # what a token draws from the pool (padding included)
         # A hybrid model's Mamba layers keep a constant state per sequence (heads split over tp), read
         # and written once per decode step of the sequence.
@@ -229,6 +229,9 @@ class StepCost:
         self.kv_capacity_tokens = ep * self.kv_capacity_replica  # pooled over the replicas (even spread)
         # context tokens' worth of pool a running sequence draws beside its own tokens (0: full attention only)
         self.seq_kv_tokens = kv_pool.seq_tokens
+        # what those are, for messages: with speculation the drafts' lookahead slots (full attention only)
+        self.seq_kv_what = ("its drafts' lookahead slots" if self.draft is not None
+                            else "its windows' / states' pages")
         # a model that draws nothing per token: the pool bounds the running sequences
         self.max_running = (layout.max_num_seqs if max_seqs is None else min(layout.max_num_seqs, max_seqs)) * ep
 
@@ -1064,7 +1067,7 @@ class RolloutEngine:
         too_long = p + r + 1 + self.seq_kv > self.replica_capacity
         if too_long.any():
             i = int(np.argmax(too_long))
-            pages = f" and its windows' / states' pages ({self.seq_kv} tokens' worth)" if self.seq_kv else ""
+            pages = f" and {self.cost.seq_kv_what} ({self.seq_kv} tokens' worth)" if self.seq_kv else ""
             raise RlsimError(
                 f"a sequence of {p[i]} + {r[i]} tokens{pages} does not fit the KV cache of one replica "
                 f"({self.replica_capacity} tokens)", field=getattr(self.cost, "layout_field", "rollout_layout"),

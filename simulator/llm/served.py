@@ -55,7 +55,7 @@ class ServedScoring:
         """A sample of ``longest`` tokens must fit one instance's KV cache (an attention replica's)."""
         capacity, pages = self.cost.kv_capacity_replica, self.cost.seq_kv_tokens
         if longest + pages > capacity:
-            beside = f" and its windows' / states' pages ({pages:,} tokens' worth)" if pages else ""
+            beside = f" and {self.cost.seq_kv_what} ({pages:,} tokens' worth)" if pages else ""
             raise RlsimError(f"the {what}'s KV cache holds {capacity:,.0f} tokens per engine, less than the longest "
                              f"sample ({longest:,.0f} prompt + response tokens{beside}), which it must prefill whole",
                              source=source, field=field,

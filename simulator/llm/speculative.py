@@ -42,6 +42,11 @@ HEAD_METHODS = ("eagle", "eagle3", "mtp")
 # `self.head = ParallelLMHead(...)`, the checkpoint's shared_head, which compute_logits uses); SGLang
 # shares both with an MTP module too (0.4.6.post5 speculative/eagle_worker.py: set_embed_and_head).
 DRAFT_OWN_LM_HEAD = {"eagle": False, "eagle3": False, "mtp": True}
+# Methods for which vLLM 0.11 keeps num_speculative_tokens lookahead KV slots a running sequence beyond its
+# context (v1/core/sched/scheduler.py: num_lookahead_tokens = num_spec_tokens where
+# speculative_config.use_eagle(), config/speculative.py: method in eagle, eagle3, mtp; allocate_slots(...,
+# num_lookahead_tokens) each step); InferenceParams.speculative_lookahead_tokens overrides it.
+LOOKAHEAD_METHODS = ("eagle", "eagle3", "mtp")
 
 
 def tokens_per_step(acceptance_rate: float, k: int) -> float:
@@ -110,7 +115,8 @@ class Draft:
     head; the experts its tokens touch, ``route_p`` a token a device's expert); ``kv_bytes_per_token``
     its cache a context token; ``layer_s_per_token`` its layers' and fc's matmuls a token,
     ``head_s_per_token`` its LM head's a scored row; ``attn_s_per_ctx`` its attention a (query, context
-    token) pair; ``launches`` an eager forward's kernel launches."""
+    token) pair; ``launches`` an eager forward's kernel launches; ``lookahead`` the KV slots a running
+    sequence holds beyond its context for its drafts."""
 
     model: ModelSpec
     k: int
@@ -126,6 +132,7 @@ class Draft:
     head_s_per_token: float
     attn_s_per_ctx: float
     launches: float
+    lookahead: int
 
     @property
     def draft_tokens(self) -> float:
@@ -182,7 +189,15 @@ def build_draft(model: ModelSpec, layout: Any, params: InferenceParams, *, linea
                  head_s_per_token=2.0 * head_params / (tp * ep) / linear_rate,
                  attn_s_per_ctx=(draft.attention_flops_per_context_token(absorb_mla=params.absorb_mla)
                                  / (tp * ep) / attn_rate),
-                 launches=launches)
+                 launches=launches, lookahead=lookahead_tokens(params))
+
+
+def lookahead_tokens(params: InferenceParams) -> int:
+    """The KV slots a running sequence holds beyond its context: speculative_lookahead_tokens, or the
+    method's (k for LOOKAHEAD_METHODS, vLLM's num_lookahead_tokens; 0 else)."""
+    if params.speculative_lookahead_tokens is not None:
+        return params.speculative_lookahead_tokens
+    return params.num_speculative_tokens if params.speculative_method in LOOKAHEAD_METHODS else 0
 
 
 @dataclass(frozen=True)
@@ -191,10 +206,12 @@ class DraftPool:
     the drafter's cache beside it: each context token draws the target's KV and the draft's (vLLM V1
     gives the draft's attention layers pages in the same KV cache config as the target's,
     v1/worker/gpu_model_runner.py get_kv_cache_spec over every attention layer), so the pool holds
-    free bytes // (both) tokens."""
+    free bytes // (both) tokens; a running sequence holds ``lookahead_tokens`` slots of both beyond its
+    context (Draft.lookahead)."""
 
     base: Any
     draft_token_bytes: float
+    lookahead_tokens: int = 0
 
     @property
     def token_bytes(self) -> float:
@@ -206,11 +223,11 @@ class DraftPool:
 
     @property
     def seq_bytes(self) -> float:
-        return self.base.seq_bytes
+        return self.base.seq_bytes + self.lookahead_tokens * self.token_bytes
 
     @property
     def seq_tokens(self) -> int:
-        return self.base.seq_tokens
+        return self.base.seq_tokens + self.lookahead_tokens
 
     @property
     def max_seqs(self) -> int | None:

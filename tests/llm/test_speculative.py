@@ -246,6 +246,44 @@ def test_a_draft_model_holds_its_own_weights_and_cache():
     assert spec.kv_capacity_tokens == int((plain.kv_free_bytes_dev - spec.draft.resident_bytes) // kv)
 
 
+# ---- the drafts' lookahead slots (vLLM 0.11 scheduler.py num_lookahead_tokens) -------------------------
+@pytest.mark.parametrize("method, k, given, held", [
+    ("eagle", 3, None, 3), ("eagle3", 5, None, 5), ("mtp", 2, None, 2),   # use_eagle(): k slots
+    ("draft_model", 3, None, 0),   # no use_eagle(): none
+    ("eagle", 3, 0, 0), ("eagle", 3, 7, 7),   # speculative_lookahead_tokens overrides
+])
+def test_a_running_sequence_holds_its_drafts_lookahead_slots(method, k, given, held):
+    extra = {} if given is None else {"speculative_lookahead_tokens": given}
+    cost = StepCost(QWEN_MTP if method == "mtp" else QWEN, H100, RolloutLayout(), _spec(k=k, method=method, **extra))
+    assert cost.seq_kv_tokens == held
+    # each slot draws a token of the target's KV and the draft's
+    assert cost.seq_pool_bytes_dev == held * cost.kv_bytes_per_token_dev
+    assert StepCost(QWEN, H100, RolloutLayout()).seq_kv_tokens == 0
+
+
+def test_a_sequence_that_leaves_no_room_for_its_lookahead_is_refused():
+    """vLLM allocates computed + new + lookahead slots a running request: a sequence of context C - 1 - k
+    fits a pool of C tokens (its first step needs one more), not C - k with k lookahead slots beside it."""
+    k = 3
+    engine = RolloutEngine(QWEN, H100, RolloutLayout(), _spec(k=k))
+    capacity = engine.cost.kv_capacity_replica
+    engine.add(0, capacity - 1 - k - 100, 100, 0.0)
+    with pytest.raises(RlsimError, match="lookahead slots"):
+        engine.add(1, capacity - k - 100, 100, 0.0)
+    # without the slots (SGLang's) the longer one fits
+    RolloutEngine(QWEN, H100, RolloutLayout(), _spec(k=k, speculative_lookahead_tokens=0)).add(
+        1, capacity - k - 100, 100, 0.0)
+
+
+def test_sglang_holds_no_lookahead_slots():
+    """SGLang takes its draft slots and gives them back within a step (eagle_worker.py draft:
+    alloc_token_slots(backup_state=True) ... restore_state)."""
+    for engine in ("sglang", "sglang-0.5.2", "sglang-0.5.6"):
+        forced, notes = model_forced(engine, _spec(method="eagle"), QWEN)
+        assert forced.speculative_lookahead_tokens == 0
+        assert any("speculative_lookahead_tokens 0" in note for note in notes)
+
+
 # ---- errors ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("given, key", [
     ({"speculative_method": "eagle", "num_speculative_tokens": 3}, "speculative_acceptance_rate"),
@@ -260,6 +298,9 @@ def test_a_draft_model_holds_its_own_weights_and_cache():
       "speculative_draft_model": "qwen2.5-0.5b", "speculative_draft_layers": 2}, "speculative_draft_layers"),
     ({"speculative_draft_fc_inputs": 2}, "speculative_draft_fc_inputs"),
     ({"speculative_disable_padded_drafter_batch": True}, "speculative_disable_padded_drafter_batch"),
+    ({"speculative_lookahead_tokens": 3}, "speculative_lookahead_tokens"),
+    ({"speculative_method": "eagle", "num_speculative_tokens": 3, "speculative_acceptance_rate": 0.7,
+      "speculative_lookahead_tokens": -1}, "speculative_lookahead_tokens"),
     ({"speculative_method": "draft_model", "num_speculative_tokens": 3, "speculative_acceptance_rate": 0.7,
       "speculative_draft_model": "qwen2.5-0.5b", "speculative_draft_own_lm_head": True}, "speculative_draft_own_lm_head"),
     ({"speculative_method": "eagle", "num_speculative_tokens": 3, "speculative_acceptance_rate": 1.5},
