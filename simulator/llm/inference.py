@@ -656,9 +656,11 @@ class StepCost:
         m0 += self.weight_read_s(width) - self.weight_read_s(n) + chunk * self.kv_s_per_token
         added, floor = self.overhead_s(width, n + seqs / steps)
         links = self.comm_s(width)
-        if self.draft is not None:   # and the drafter's pass over the chunk
-            c0, m0, links = self._with_draft_prefill(chunk, pairs / steps, (c0, m0, links), self._draft_read_s(chunk),
-                                                     self._draft_comm_s(chunk))
+        if self.draft is not None:   # and the drafter's pass over the chunk (its rows: the step's pieces)
+            rows = seqs / steps
+            c0, m0, links = self._with_draft_prefill(chunk, pairs / steps, rows, (c0, m0, links),
+                                                     (self._draft_read_s(chunk), self._draft_comm_s(chunk)),
+                                                     self._draft_tail_s(rows))
         return series_time_s((c0, c1, m0, m1, added + links), steps, floor)
 
     def prefill_many_s(self, tokens: np.ndarray, attention_pairs: np.ndarray, seqs: np.ndarray) -> np.ndarray:
@@ -673,8 +675,9 @@ class StepCost:
         if self.draft is not None:
             read = np.array([self._draft_read_s(x) for x in tokens.tolist()], float)
             links = np.array([self._draft_comm_s(x) for x in tokens.tolist()], float)
-            compute, memory, comm = self._with_draft_prefill(tokens, attention_pairs, (compute, memory, comm),
-                                                             read, links)
+            tail = np.array([self._draft_tail_s(x) for x in seqs.tolist()], float).reshape(len(seqs), 2)
+            compute, memory, comm = self._with_draft_prefill(tokens, attention_pairs, seqs, (compute, memory, comm),
+                                                             (read, links), (tail[:, 0], tail[:, 1]))
         added, floor = self.overhead_many_s(tokens, seqs)
         return np.maximum(floor, np.maximum(compute, memory) + added + comm)
 
@@ -694,20 +697,40 @@ class StepCost:
         added, floor = self.overhead_s(tokens, seqs)
         comm = self.comm_s(tokens)
         if self.draft is not None:
-            compute, memory, comm = self._with_draft_prefill(tokens, attention_pairs, (compute, memory, comm),
-                                                             self._draft_read_s(tokens), self._draft_comm_s(tokens))
+            compute, memory, comm = self._with_draft_prefill(tokens, attention_pairs, seqs, (compute, memory, comm),
+                                                             (self._draft_read_s(tokens), self._draft_comm_s(tokens)),
+                                                             self._draft_tail_s(seqs))
         return max(floor, max(compute, memory) + added + comm)
 
-    def _with_draft_prefill(self, tokens: Any, pairs: Any, parts: tuple[Any, Any, Any], read: Any,
-                            links: Any) -> tuple[Any, Any, Any]:
-        """A prefill's (compute, memory, links) with the drafter's pass over the same tokens (an EAGLE
-        head or MTP module fills its cache from the prompt's hidden states, a draft model prefills the
-        prompt): its matmuls and attention pairs, its weights (``read``) and KV writes, its links."""
+    def _with_draft_prefill(self, tokens: Any, pairs: Any, rows: Any, parts: tuple[Any, Any, Any],
+                            first: tuple[Any, Any], tail: tuple[Any, Any]) -> tuple[Any, Any, Any]:
+        """A prefill's (compute, memory, links) with the drafter's propose after it, as vLLM 0.11's
+        EagleProposer.propose runs it (v1/spec_decode/eagle.py; every request of the step, a partial
+        prefill's drafts discarded): a first forward over the same tokens (an EAGLE head or MTP module
+        fills its cache from the prompt's hidden states, a draft model prefills the prompt), its layers on
+        every token, its attention pairs and KV writes, its weights and links (``first``: read, links),
+        its LM head on one row a sequence (``rows``: last_token_indices); then k - 1 forwards of one token
+        a row (layers and LM head; attention and the draft's KV read over the rows' context, taken as
+        ``tokens``: a whole prompt's, a chunk's own), ``tail`` their weights read and links."""
         compute, memory, comm = parts
         d = self.draft
         assert d is not None
-        return (compute + tokens * d.lin_s_per_token + pairs * self.draft_prefill_s_per_pair,
-                memory + read + tokens * self.draft_kv_s_per_token, comm + links)
+        after = d.k - 1
+        return (compute + tokens * d.layer_s_per_token + rows * d.head_s_per_token + pairs * self.draft_prefill_s_per_pair
+                + after * (rows * d.lin_s_per_token + tokens * d.attn_s_per_ctx),
+                memory + first[0] + tail[0] + (1 + after) * tokens * self.draft_kv_s_per_token, comm + first[1] + tail[1])
+
+    def _draft_tail_s(self, rows: float) -> tuple[float, float]:
+        """(weights read, links) of the k - 1 one-token draft forwards after a prefill's first, over
+        ``rows`` sequences: each reads the drafter's weights, runs its links and replays its graph (or
+        runs eager, its kernels' gap) at ``rows`` tokens, as a decode step's draft forwards do."""
+        d = self.draft
+        assert d is not None
+        p = self.params
+        gap = (p.cuda_graph_replay_s if self.uses_graphs(rows)
+               else max(p.cuda_graph_replay_s, p.eager_kernel_gap_s * d.launches))
+        after = d.k - 1
+        return after * self._draft_read_s(rows), after * (self._draft_comm_s(rows) + gap)
 
 
 def _linear_rate(device: Any, layout: RolloutLayout, params: InferenceParams, layout_field: str) -> float:

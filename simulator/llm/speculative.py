@@ -11,7 +11,8 @@ the first over the k + 1 positions the target verified, the rejected ones as pad
 default, prepare_inputs_padded; speculative_disable_padded_drafter_batch: over the E tokens the step
 accepted, prepare_inputs, as SGLang 0.4.6.post5's draft-extend), then k - 1 of one token each; each forward's LM
 head scores one row a sequence (propose's last_token_indices). A step's drafter layers see 2k tokens a
-sequence (E + k - 1 unpadded), its LM head k.
+sequence (E + k - 1 unpadded), its LM head k. After a prefill the same propose runs: its first forward
+over the prompt's tokens, its LM head on the last row of each (StepCost._with_draft_prefill).
 
 This module holds the draft's figures per device; llm/inference.py StepCost prices the step.
 """

@@ -94,18 +94,38 @@ def test_equal_sequences_take_the_series_of_speculative_steps():
     assert all(t == pytest.approx(expected, rel=1e-12) for _, t in done)
 
 
-def test_prefill_adds_the_drafts_pass_over_the_prompt():
-    plain, spec = StepCost(QWEN, H100, RolloutLayout()), StepCost(QWEN, H100, RolloutLayout(), _spec())
-    tokens, pairs = 4096, 4096 * 4097 / 2
-    d = spec.draft
-    added, floor = plain.overhead_s(tokens, 1)
-    compute = (tokens * plain.lin_s_per_token + pairs * plain.prefill_attn_s_per_pair + tokens * d.lin_s_per_token
-               + pairs * spec.draft_prefill_s_per_pair)
-    memory = (plain.weight_read_s(tokens) + tokens * plain.kv_s_per_token + d.dense_bytes / spec.bw
-              + tokens * d.kv_bytes_per_token / spec.bw)
-    assert spec.prefill_s(tokens, pairs) == pytest.approx(max(floor, max(compute, memory) + added + plain.comm_s(tokens)),
-                                                          rel=1e-12)
-    assert spec.prefill_many_s(np.array([tokens]), np.array([pairs]), np.array([1]))[0] == spec.prefill_s(tokens, pairs)
+@pytest.mark.parametrize("k, seqs", [(1, 1), (3, 1), (3, 8), (5, 300)])
+def test_prefill_adds_the_drafters_propose_over_the_prompts(k, seqs):
+    """vLLM 0.11 EagleProposer.propose after a prefill: the head's layers over every prompt token, its LM
+    head on the last row of each sequence (last_token_indices), then k - 1 forwards of one token a
+    sequence (layers, LM head, attention and the draft's KV over the prompts, its weights read and a
+    graph replay each, eager past cuda_graph_max_batch). FLOPs from the target's shape (_eagle_flops)."""
+    plain, spec = StepCost(QWEN, H100, RolloutLayout()), StepCost(QWEN, H100, RolloutLayout(), _spec(k=k))
+    p = spec.params
+    rate = H100.peak("bf16") * H100.gemm_efficiency
+    layer, head = _eagle_flops(QWEN)
+    tokens = 4096 * seqs
+    pairs = seqs * 4096 * 4097 / 2
+    h = QWEN.hidden
+    head_bytes = (QWEN.attention_params + QWEN.dense_ffn_params + QWEN.norm_params_per_layer + h + 2 * h * h) * 2
+    streamed = head_bytes + QWEN.vocab * h * 2   # its layer and fc, and the target's LM head it scores with
+    draft_kv = 2 * QWEN.num_kv_heads * QWEN.head_dim * 2   # one layer's K and V a token, bf16
+    attn_rate = H100.peak("bf16") * p.attention_compute_efficiency
+    attn_pair = 4 * QWEN.num_heads * QWEN.head_dim   # one layer's QK^T and PV a (query, context) pair
+    added, floor = plain.overhead_s(tokens, seqs)
+    launches = p.launches_per_step + p.launches_per_layer * 1
+    gap = p.cuda_graph_replay_s if seqs <= p.cuda_graph_max_batch else max(p.cuda_graph_replay_s,
+                                                                         p.eager_kernel_gap_s * launches)
+    compute = (tokens * plain.lin_s_per_token + pairs * plain.prefill_attn_s_per_pair
+               + (tokens + (k - 1) * seqs) * layer / rate + k * seqs * head / rate
+               + pairs * attn_pair / (H100.peak("bf16") * H100.gemm_efficiency)
+               + (k - 1) * tokens * attn_pair / attn_rate)
+    memory = (plain.weight_read_s(tokens) + tokens * plain.kv_s_per_token
+              + (k * streamed + k * tokens * draft_kv) / spec.bw)
+    links = added + plain.comm_s(tokens) + (k - 1) * gap
+    assert spec.prefill_s(tokens, pairs, seqs) == pytest.approx(max(floor, max(compute, memory) + links), rel=1e-12)
+    assert spec.prefill_many_s(np.array([tokens]), np.array([pairs]), np.array([seqs]))[0] == \
+        spec.prefill_s(tokens, pairs, seqs)
 
 
 # ---- the drafter's forwards as vLLM 0.11 runs them ---------------------------------------------------
