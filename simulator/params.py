@@ -1178,13 +1178,14 @@ class InferenceParams(StrictModel):
     # None: the method's (llm/speculative.py DRAFT_OWN_LM_HEAD: vLLM's MTP module its own, an EAGLE head
     # the target's; the SGLang engines share it for mtp too).
     speculative_draft_own_lm_head: bool | None = None
-    # KV slots a running sequence holds beyond its context for the drafts it will write; None: the method's
-    # (llm/speculative.py LOOKAHEAD_METHODS): vLLM 0.11 reserves num_lookahead_tokens = num_speculative_tokens
-    # for an EAGLE-style drafter (eagle, eagle3, mtp: v1/core/sched/scheduler.py __init__, `if
-    # speculative_config.use_eagle(): self.num_lookahead_tokens = self.num_spec_tokens`) in every running
-    # request's allocate_slots each step (kv_cache_manager.py: computed + new + lookahead tokens), so its
-    # admission and preemption count them; 0 for a draft model (no use_eagle). The SGLang engines set 0
-    # (speculative/eagle_worker.py draft: its draft slots are allocated and restored within the step).
+    # KV slots a running sequence holds beyond its context for the drafts it verifies and will write; None:
+    # the method's (llm/speculative.py lookahead_tokens): vLLM 0.11 allocates computed + new + lookahead
+    # slots a running request each step (kv_cache_manager.py allocate_slots), new = 1 + k (the sampled token
+    # and the k drafts it verifies), lookahead num_speculative_tokens for an EAGLE-style drafter (eagle,
+    # eagle3, mtp: v1/core/sched/scheduler.py __init__, `if speculative_config.use_eagle():
+    # self.num_lookahead_tokens = self.num_spec_tokens`): 2 k, k for a draft model (no use_eagle); its
+    # admission and preemption count them. The SGLang engines set 0 (speculative/eagle_worker.py draft: its
+    # draft and verify slots are allocated and restored within the step).
     speculative_lookahead_tokens: int | None = Field(None, ge=0)
 
     @field_validator("custom_all_reduce_max_bytes", mode="after")

@@ -43,10 +43,10 @@ HEAD_METHODS = ("eagle", "eagle3", "mtp")
 # `self.head = ParallelLMHead(...)`, the checkpoint's shared_head, which compute_logits uses); SGLang
 # shares both with an MTP module too (0.4.6.post5 speculative/eagle_worker.py: set_embed_and_head).
 DRAFT_OWN_LM_HEAD = {"eagle": False, "eagle3": False, "mtp": True}
-# Methods for which vLLM 0.11 keeps num_speculative_tokens lookahead KV slots a running sequence beyond its
-# context (v1/core/sched/scheduler.py: num_lookahead_tokens = num_spec_tokens where
+# Methods for which vLLM 0.11 keeps num_speculative_tokens lookahead KV slots a running sequence beyond the
+# drafts it verifies (v1/core/sched/scheduler.py: num_lookahead_tokens = num_spec_tokens where
 # speculative_config.use_eagle(), config/speculative.py: method in eagle, eagle3, mtp; allocate_slots(...,
-# num_lookahead_tokens) each step); InferenceParams.speculative_lookahead_tokens overrides it.
+# num_lookahead_tokens) each step); InferenceParams.speculative_lookahead_tokens overrides the total.
 LOOKAHEAD_METHODS = ("eagle", "eagle3", "mtp")
 
 
@@ -194,11 +194,15 @@ def build_draft(model: ModelSpec, layout: Any, params: InferenceParams, *, linea
 
 
 def lookahead_tokens(params: InferenceParams) -> int:
-    """The KV slots a running sequence holds beyond its context: speculative_lookahead_tokens, or the
-    method's (k for LOOKAHEAD_METHODS, vLLM's num_lookahead_tokens; 0 else)."""
+    """The KV slots a running sequence holds beyond its context: speculative_lookahead_tokens, or vLLM's:
+    a decoding request's step allocates computed + new + lookahead slots (kv_cache_manager.py
+    allocate_slots), new = num_tokens_with_spec - num_computed_tokens = 1 + k (its sampled token, which
+    is the context's next, and the k drafts it verifies: scheduler.py schedule), lookahead k for
+    LOOKAHEAD_METHODS: 2 k beyond the context with an EAGLE-style drafter, k with a draft model."""
     if params.speculative_lookahead_tokens is not None:
         return params.speculative_lookahead_tokens
-    return params.num_speculative_tokens if params.speculative_method in LOOKAHEAD_METHODS else 0
+    k = params.num_speculative_tokens
+    return k + (k if params.speculative_method in LOOKAHEAD_METHODS else 0)
 
 
 @dataclass(frozen=True)

@@ -268,8 +268,9 @@ def test_a_draft_model_holds_its_own_weights_and_cache():
 
 # ---- the drafts' lookahead slots (vLLM 0.11 scheduler.py num_lookahead_tokens) -------------------------
 @pytest.mark.parametrize("method, k, given, held", [
-    ("eagle", 3, None, 3), ("eagle3", 5, None, 5), ("mtp", 2, None, 2),   # use_eagle(): k slots
-    ("draft_model", 3, None, 0),   # no use_eagle(): none
+    # the k drafts under verification (new = 1 + k, the 1 the context's next) and, use_eagle(), k lookahead
+    ("eagle", 3, None, 6), ("eagle3", 5, None, 10), ("mtp", 2, None, 4),
+    ("draft_model", 3, None, 3),   # no use_eagle(): the verified drafts' alone
     ("eagle", 3, 0, 0), ("eagle", 3, 7, 7),   # speculative_lookahead_tokens overrides
 ])
 def test_a_running_sequence_holds_its_drafts_lookahead_slots(method, k, given, held):
@@ -282,17 +283,18 @@ def test_a_running_sequence_holds_its_drafts_lookahead_slots(method, k, given, h
 
 
 def test_a_sequence_that_leaves_no_room_for_its_lookahead_is_refused():
-    """vLLM allocates computed + new + lookahead slots a running request: a sequence of context C - 1 - k
-    fits a pool of C tokens (its first step needs one more), not C - k with k lookahead slots beside it."""
+    """vLLM allocates computed + new + lookahead slots a running request (new = 1 + k): a sequence of
+    context C - 1 - 2k fits a pool of C tokens (its first step needs one more), not C - 2k with the k
+    verified drafts' and k lookahead slots beside it."""
     k = 3
     engine = RolloutEngine(QWEN, H100, RolloutLayout(), _spec(k=k))
     capacity = engine.cost.kv_capacity_replica
-    engine.add(0, capacity - 1 - k - 100, 100, 0.0)
+    engine.add(0, capacity - 1 - 2 * k - 100, 100, 0.0)
     with pytest.raises(RlsimError, match="lookahead slots"):
-        engine.add(1, capacity - k - 100, 100, 0.0)
+        engine.add(1, capacity - 2 * k - 100, 100, 0.0)
     # without the slots (SGLang's) the longer one fits
     RolloutEngine(QWEN, H100, RolloutLayout(), _spec(k=k, speculative_lookahead_tokens=0)).add(
-        1, capacity - k - 100, 100, 0.0)
+        1, capacity - 2 * k - 100, 100, 0.0)
 
 
 def test_sglang_holds_no_lookahead_slots():
