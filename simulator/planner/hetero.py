@@ -98,6 +98,22 @@ def _check_zero(zero: int, params: HeteroParams) -> None:
                          fix="give the stack's train_params.memory bytes instead, or zero 0")
 
 
+# llm/training.py reads these DeepSpeed ZeRO-3 switches at ZeRO-3 only (_dp_and_optimizer), which this
+# step model does not run (_check_zero): given, they would be read past.
+_ZERO3_ONLY_COMM = ("zero3_outer_sync_every_micro_batch", "zero3_backward_waits_last_bucket")
+
+
+def _check_zero3_switches(train_params: TrainParams) -> None:
+    """Refuse DeepSpeed ZeRO-3's per-micro-batch comm switches: no layout of ZeRO 0-2 prices them."""
+    for knob in _ZERO3_ONLY_COMM:
+        if getattr(train_params.comm, knob):
+            field = f"workload.train_params.comm.{knob}"
+            raise RlsimError(f"{knob} prices DeepSpeed ZeRO-3's per-micro-batch collectives, and the heterogeneous "
+                             "step model runs ZeRO 0-2 (no ZeRO-3), where llm/training.py does not read it",
+                             field=field, fix=f"remove {field} (or set it false), or plan without --balance (the "
+                                              "even rows read it at ZeRO-3)")
+
+
 @dataclass(frozen=True)
 class HeteroResult:
     tp: int
@@ -125,6 +141,7 @@ class HeteroStepModel:
         self.params = params or HeteroParams()
         # memory is checked per stage by _check_memory
         self.train_params = (train_params or TrainParams()).model_copy(update={"check_memory": False})
+        _check_zero3_switches(self.train_params)
         overlap = self.params.dp_overlap_fraction
         self.dp_overlap_fraction = self.train_params.comm.dp_overlap_fraction if overlap is None else overlap
         memory = self.train_params.memory

@@ -516,3 +516,17 @@ def test_deepspeeds_zero2_reduces_in_every_micro_batch_of_the_hetero_step():
     r = stm.evaluate(ranks, 1, 1, 8, 32, zero=2)   # one stage: a replica's step is its micro-batches' time
     assert r.microbatches_per_replica == (4,) * 8
     assert r.step_time_s == pytest.approx(4 * r.stage_time_s[0][0] + 4 * reduce + gather, rel=1e-9)
+
+
+@pytest.mark.parametrize("knob", ["zero3_outer_sync_every_micro_batch", "zero3_backward_waits_last_bucket"])
+def test_deepspeeds_zero3_switches_are_refused_by_the_hetero_step_naming_their_key(knob):
+    """The heterogeneous step model runs ZeRO 0-2 and llm/training.py reads these two only at ZeRO-3:
+    given, no layout it tries prices them, so it refuses them naming the key rather than read past."""
+    from simulator.params import CommParams, MemoryParams, TrainParams
+
+    params = TrainParams(comm=CommParams(**{knob: True}), memory=MemoryParams(zero_reduce_bucket_params=5e8))
+    topo = load_topology({"preset": "dgx-h100", "nodes": 1})
+    with pytest.raises(RlsimError) as info:
+        HeteroStepModel(load_model("qwen2.5-7b"), topo, 2048, 1, train_params=params)
+    assert info.value.field == f"workload.train_params.comm.{knob}"
+    assert "ZeRO 0-2" in info.value.message and "--balance" in info.value.fix
