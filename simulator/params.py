@@ -495,17 +495,31 @@ class MemoryParams(StrictModel):
     # boundary's reduction, cpu_offload or not). With offload.optimizer only (ZeRO-Offload), never beside
     # zero2_accumulated_grad_partitions (accumulated on the host) or offload.grads (nothing left to move).
     grad_partition_on_host: bool = False
-    # Bytes a parameter of the device's gradient partition that DeepSpeed ZeRO-1 / 2's optimizer step copies
-    # beside it once the backward's activations and buckets are freed (deepspeed 0.19.6 runtime/zero/
-    # stage_1_and_2.py step(), not under cpu_offload: flat_grad_partition = self.flatten(self
-    # .averaged_gradients[i]) in the model's dtype, then single_grad_partition = flat_grad_partition.to(
-    # fp32) before the flat copy is deleted; the partition's own gradients stay referenced until the cast
-    # is done, the others' freed first, free_grad_in_param_list(params_not_in_partition)): 2 + 4 with bf16
-    # weights (frameworks/deepspeed_zero.py). The step's peak, weights + optimizer state + the partition +
-    # these copies, counts in the update's fit where it exceeds the backward's (MemoryBreakdown
-    # .step_bytes: the max of the two phases). train_layout.zero 1-2 only. 0: none (Megatron-Core's
-    # distributed optimizer steps on views of its main_grad buffer, FSDP on its sharded gradients).
+    # Bytes a parameter of the device's gradient partition that DeepSpeed's optimizer step copies beside it
+    # once the backward's activations and buckets are freed (deepspeed 0.19.6, not under cpu_offload /
+    # offload_optimizer). ZeRO-1 / 2 (runtime/zero/stage_1_and_2.py step()): flat_grad_partition = self
+    # .flatten(self.averaged_gradients[i]) in the model's dtype, then single_grad_partition =
+    # flat_grad_partition.to(fp32) before the flat copy is deleted; the partition's own gradients stay
+    # referenced until the cast is done, the others' freed first, free_grad_in_param_list(
+    # params_not_in_partition). ZeRO-3 (runtime/zero/stage3.py step() -> _prepare_sub_group ->
+    # _prepare_fp32_grad_for_sub_group): self.flatten(self.averaged_gradients[i]).to(fp32) of one
+    # optimizer sub-group at a time (zero_step_sub_group_params), held as the fp32 master's .grad through
+    # its step and released (_release_sub_group) before the next; the kept gradient partition
+    # (grad_partitions_flat_buffer) and IPG bucket stay allocated. 2 + 4 with bf16 gradients, 4 with fp32
+    # ones at ZeRO-3 (.to of an fp32 tensor returns it: frameworks/deepspeed_zero.py). The step's peak,
+    # weights + optimizer state + the partition + the kept buckets + these copies, counts in the update's
+    # fit where it exceeds the backward's (MemoryBreakdown.step_bytes: the max of the two phases).
+    # train_layout.zero 1-3 only. 0: none (Megatron-Core's distributed optimizer steps on views of its
+    # main_grad buffer, FSDP on its sharded gradients).
     zero_step_grad_copy_bytes_per_param: float = Field(0.0, ge=0)
+    # Elements of the gradient partition DeepSpeed ZeRO-3's optimizer step copies at once
+    # (zero_step_grad_copy_bytes_per_param): zero_optimization.sub_group_size (deepspeed 0.19.6
+    # runtime/zero/config.py: pp_int(1e9); OpenRLHF's "auto" is dropped, runtime/config_utils.py), the
+    # partition's parameters of each param group cut into sub-groups once they reach it
+    # (stage3.py _create_fp16_sub_groups; a sub-group overshoots it by less than its last parameter's
+    # partition: left out), stepped one after another. train_layout.zero 3 only, with the copies.
+    # 0: the whole partition at once (ZeRO-1 / 2).
+    zero_step_sub_group_params: float = Field(0.0, ge=0)
 
     @property
     def resident_bytes_per_param(self) -> float:
@@ -565,8 +579,13 @@ class MemoryParams(StrictModel):
                              "reduce_bucket_size): set both, or remove zero_reduce_buckets")
         if self.grad_partition_on_host and self.zero_step_grad_copy_bytes_per_param:
             raise ValueError("grad_partition_on_host keeps ZeRO-Offload's gradient partition on the host, where its "
-                             "optimizer step reads it (stage_1_and_2.py step(), cpu_offload): remove "
-                             "zero_step_grad_copy_bytes_per_param, or grad_partition_on_host")
+                             "optimizer step reads it (stage_1_and_2.py step(), cpu_offload; stage3.py "
+                             "_prepare_sub_group, offload_optimizer): remove zero_step_grad_copy_bytes_per_param, "
+                             "or grad_partition_on_host")
+        if self.zero_step_sub_group_params and not self.zero_step_grad_copy_bytes_per_param:
+            raise ValueError("zero_step_sub_group_params caps the gradient partition copies of ZeRO-3's optimizer "
+                             "step, and zero_step_grad_copy_bytes_per_param 0 makes none: set "
+                             "zero_step_grad_copy_bytes_per_param, or remove zero_step_sub_group_params")
         if self.grad_partition_on_host and self.zero2_accumulated_grad_partitions:
             raise ValueError("grad_partition_on_host keeps ZeRO-Offload's gradient partition on the host, where ZeRO-2 "
                              "accumulates the micro-batches (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu): "
@@ -1668,9 +1687,13 @@ LAYOUT_GATED_MEMORY["grad_partition_on_host"] = LayoutGate(
     "where ZeRO-Offload's gradient partition lives (ZeRO-1 holds the whole gradients on the device)",
     "set workload.train_layout.zero: 2 or 3")
 LAYOUT_GATED_MEMORY["zero_step_grad_copy_bytes_per_param"] = LayoutGate(
-    lambda lay: lay.zero in (1, 2), "ZeRO-1 or 2 (train_layout.zero: 1 or 2)",
-    "the copies of the gradient partition DeepSpeed's ZeRO-1 / 2 optimizer step makes",
-    "set workload.train_layout.zero: 1 or 2")
+    lambda lay: lay.zero >= 1, "ZeRO-1, 2 or 3 (train_layout.zero: 1-3)",
+    "the copies of the gradient partition DeepSpeed's ZeRO optimizer step makes",
+    "set workload.train_layout.zero: 1, 2 or 3")
+LAYOUT_GATED_MEMORY["zero_step_sub_group_params"] = LayoutGate(
+    lambda lay: lay.zero >= 3, "ZeRO-3 (train_layout.zero: 3)",
+    "the optimizer sub-group DeepSpeed's ZeRO-3 step copies the gradient partition by",
+    "set workload.train_layout.zero: 3")
 LAYOUT_GATED_MEMORY["zero2_accumulated_grad_partitions"] = LayoutGate(
     lambda lay: lay.zero == 2, "ZeRO-2 (train_layout.zero: 2)",
     "the gradient partitions ZeRO-2 accumulates over an optimizer step's micro-batches",

@@ -55,6 +55,15 @@ DEEPSPEED_ZERO3_REDUCE_BUCKETS = 2
 # freed only by offload_states' contiguous_grad_buffer, OpenRLHF's --ds.enable_sleep): MemoryParams
 # .zero_reduce_buckets_kept.
 DEEPSPEED_ZERO3_KEPT_REDUCE_BUCKETS = 1
+# ZeRO-3's optimizer step (stage3.py _prepare_fp32_grad_for_sub_group, not under offload_optimizer) does the
+# same to one sub-group at a time: self.flatten(self.averaged_gradients[i]) in the gradients' dtype, .to(fp32)
+# (2 + 4 with bf16 gradients; with fp32 ones the flat copy alone: .to returns it), held as the master's
+# .grad through its step, released before the next: MemoryParams.zero_step_grad_copy_bytes_per_param.
+DEEPSPEED_ZERO3_STEP_FP32_CAST_BYTES_PER_PARAM = 4.0
+# zero_optimization.sub_group_size's default (runtime/zero/config.py DeepSpeedZeroConfig: sub_group_size =
+# pp_int(1e9); OpenRLHF's "auto" dropped), the elements the step copies at once: MemoryParams
+# .zero_step_sub_group_params.
+DEEPSPEED_SUB_GROUP_SIZE = 1_000_000_000
 # zero_optimization.stage3_max_live_parameters's default (runtime/zero/config.py DeepSpeedZeroConfig:
 # max_live_parameters = pp_int(1e9)), the live-parameter window (MemoryParams.zero3_max_live_params).
 DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
@@ -70,7 +79,8 @@ def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool
     at 2 the reduction in every micro-batch's backward and, unless the optimizer steps on the host
     (ZeRO-Offload copies each micro-batch's partition to the host instead), the accumulated partition
     beside the one the next backward fills; at 3 (zero3_train_params) the kept gradient partition, the
-    bucket and its copy, the live-parameter window. `fp32_grad_accum` (data_types.grad_accum_dtype fp32,
+    bucket and its copy, the live-parameter window, unless the optimizer steps on the host the step's copies
+    of each optimizer sub-group's gradients. `fp32_grad_accum` (data_types.grad_accum_dtype fp32,
     bf16 weights): ZeRO-1's BF16_Optimizer (its fp32 buffer kept between steps), ZeRO-3's fp32 partition; the caller refuses it at 0 and 2
     (MemoryParams / CommParams say where in the source). With the optimizer on the host (ZeRO-Offload) the
     gradient partition is there too from ZeRO-2 on (memory.grad_partition_on_host), unless `params_on_host`
@@ -113,7 +123,8 @@ def zero3_train_params(*, fp32_grad_accum: bool = False, optimizer_on_host: bool
     steps (_setup_for_real_optimizer: grad_partitions_flat_buffer; zero_grad frees only param.grad), each
     bucket reduce-scattered in the communication dtype (reduce_scatter: __avg_scatter_grads) in every
     micro-batch's backward (rlsim's ZeRO-3 reduces each layer's gradients in each backward already); the
-    IPG bucket (kept from init between steps) and its reduce-scatter copy; the live-parameter window in place of FSDP's layer prefetch and
+    IPG bucket (kept from init between steps) and its reduce-scatter copy; the optimizer step's flat copy and
+    fp32 cast of one sub-group's gradients at a time; the live-parameter window in place of FSDP's layer prefetch and
     root unit. DeepSpeed's ZeRO-3 re-gathers each submodule in the backward (released after its forward
     unless reused within stage3_max_reuse_distance): FSDP's reshard after forward, rlsim's default. With
     the optimizer on the host (ZeRO-Offload) the partition is allocated there (self.device is the CPU):
@@ -124,8 +135,11 @@ def zero3_train_params(*, fp32_grad_accum: bool = False, optimizer_on_host: bool
                               "zero_reduce_buckets": DEEPSPEED_ZERO3_REDUCE_BUCKETS,
                               "zero_reduce_buckets_kept": DEEPSPEED_ZERO3_KEPT_REDUCE_BUCKETS,
                               "zero3_max_live_params": float(DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS)}
-    if not optimizer_on_host:
+    if not optimizer_on_host:   # under offload_optimizer the partition and the step are on the host
         memory["grad_buffer_persists"] = True
+        memory["zero_step_grad_copy_bytes_per_param"] = grads + (
+            0.0 if fp32_grad_accum else DEEPSPEED_ZERO3_STEP_FP32_CAST_BYTES_PER_PARAM)
+        memory["zero_step_sub_group_params"] = float(DEEPSPEED_SUB_GROUP_SIZE)
     # every submodule gathered and reduced in each micro-batch, the embedding and head too, and each
     # backward's end waiting for the last bucket (CommParams.zero3_outer_sync_every_micro_batch,
     # zero3_backward_waits_last_bucket say where in stage3.py)

@@ -39,11 +39,12 @@ class MemoryBreakdown:
     # bucket); resident beside the other phases unless the gradients are offloaded (rl/llm_costs.py
     # kept_gradient_bytes). A part of zero_buffers_bytes, not added to the total.
     kept_buffers_bytes: float = 0.0
-    # DeepSpeed ZeRO-1 / 2's optimizer step (zero_step_copies: MemoryParams
+    # DeepSpeed ZeRO's optimizer step (zero_step_copies: MemoryParams
     # .zero_step_grad_copy_bytes_per_param): the copies of the gradient partition it makes once the
-    # backward's activations and buckets are freed, and the gradients it then holds (the partition; ZeRO-1
-    # frees the others first). The step's peak, weights + these + optimizer state, sets the total where
-    # it exceeds the backward's (the max of the two phases, not their sum). 0 elsewhere.
+    # backward's activations and buckets are freed (ZeRO-3: of one optimizer sub-group), and the gradients
+    # it then holds (the partition; ZeRO-1 frees the others first). The step's peak, weights + these +
+    # optimizer state + the kept buckets (kept_buffers_bytes), sets the total where it exceeds the
+    # backward's (the max of the two phases, not their sum). 0 elsewhere.
     step_copies_bytes: float = 0.0
     step_gradients_bytes: float = 0.0
 
@@ -58,7 +59,8 @@ class MemoryBreakdown:
         """The optimizer step's peak where it copies the gradient partition (step_copies_bytes), else 0."""
         if not self.step_copies_bytes:
             return 0.0
-        return self.weights_bytes + self.step_gradients_bytes + self.optimizer_bytes + self.step_copies_bytes
+        return (self.weights_bytes + self.step_gradients_bytes + self.optimizer_bytes + self.step_copies_bytes
+                + self.kept_buffers_bytes)
 
     @property
     def total_bytes(self) -> float:
@@ -194,6 +196,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     weight_bpp, grad_bpp = params.resident_bytes_per_param, params.grad_bytes_per_param
     optim_bpp = params.optimizer_bytes_per_param
     logits_bpe = params.logits_bytes_per_elem + params.entropy_logits_bytes_per_elem
+    kept_buckets = zero_kept_bucket_bytes(zero, params)
     best: tuple[float, ...] | None = None   # (total, stage, weights, grads, optim, acts, logits, gathered, buffers,
     #                                            step copies, step gradients)
     for s in range(pp):
@@ -227,14 +230,14 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         # MemoryBreakdown.total_bytes's sum, in its order: the stage with the largest (the first of equals)
         total = weights + grads + optim + acts + logits + gathered + buffers
         if copies:
-            total = max(total, weights + step_grads + optim + copies)
+            total = max(total, weights + step_grads + optim + copies + kept_buckets)
         if best is None or total > best[0]:
             best = (total, s, weights, grads, optim, acts, logits, gathered, buffers, copies, step_grads)
     assert best is not None
     _, stage, weights, grads, optim, acts, logits, gathered, buffers, copies, step_grads = best
     return MemoryBreakdown(int(stage), weights, grads, optim, acts, logits,
                            capacity_hbm_bytes * params.hbm_usable_fraction, gathered, buffers,
-                           zero_kept_bucket_bytes(zero, params), copies, step_grads)
+                           kept_buckets, copies, step_grads)
 
 
 def device_gradient_bytes(zero: int, grad_bpp: float, trained: float, trained_shard: float,
@@ -248,14 +251,17 @@ def device_gradient_bytes(zero: int, grad_bpp: float, trained: float, trained_sh
 
 
 def zero_step_copies(zero: int, grad_partition_bytes: float, params: MemoryParams) -> tuple[float, float]:
-    """(copies, gradients) DeepSpeed ZeRO-1 / 2's optimizer step holds on one device beside the weights and
+    """(copies, gradients) DeepSpeed ZeRO's optimizer step holds on one device beside the weights and
     optimizer state: MemoryParams.zero_step_grad_copy_bytes_per_param of each parameter of the device's
-    gradient partition (`grad_partition_bytes`, grad_bytes_per_param each) and the partition itself.
-    (0, 0) at other stages or without the copies."""
-    if zero not in (1, 2) or not params.zero_step_grad_copy_bytes_per_param or not params.grad_bytes_per_param:
+    gradient partition (`grad_partition_bytes`, grad_bytes_per_param each; at ZeRO-3 of at most
+    zero_step_sub_group_params of them, one sub-group at a time, where above 0) and the partition itself.
+    (0, 0) at ZeRO 0 or without the copies."""
+    if zero < 1 or not params.zero_step_grad_copy_bytes_per_param or not params.grad_bytes_per_param:
         return 0.0, 0.0
-    copies = grad_partition_bytes / params.grad_bytes_per_param * params.zero_step_grad_copy_bytes_per_param
-    return copies, grad_partition_bytes
+    copied = grad_partition_bytes / params.grad_bytes_per_param
+    if zero >= 3 and params.zero_step_sub_group_params:
+        copied = min(copied, params.zero_step_sub_group_params)
+    return copied * params.zero_step_grad_copy_bytes_per_param, grad_partition_bytes
 
 
 def zero_kept_bucket_bytes(zero: int, params: MemoryParams) -> float:

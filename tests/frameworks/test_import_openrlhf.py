@@ -395,7 +395,10 @@ def test_padded_rows_attention_as_openrlhfs_attn_implementation_runs_it():
 # stage3_max_live_parameters' 1e9 window (simulator/frameworks/deepspeed_zero.py)
 ZERO3_MEMORY = {"grad_bytes_per_param": 2.0, "grad_buffer_persists": True, "zero_reduce_bucket_params": 5e8,
                 "zero_reduce_buckets": 2, "zero_reduce_buckets_kept": 1,
-                "zero3_max_live_params": 1e9}
+                "zero3_max_live_params": 1e9, "zero_step_grad_copy_bytes_per_param": 6.0,
+                "zero_step_sub_group_params": 1e9}
+# ... of them, what only the device's optimizer step holds (not under ZeRO-Offload: stage3.py _prepare_sub_group)
+ZERO3_DEVICE_STEP = ("grad_buffer_persists", "zero_step_grad_copy_bytes_per_param", "zero_step_sub_group_params")
 # ... and every micro-batch's embedding / head sync and the wait for the last bucket
 ZERO3_COMM = {"grad_reduce_bytes_per_param": 2.0, "zero3_outer_sync_every_micro_batch": True,
               "zero3_backward_waits_last_bucket": True}
@@ -471,7 +474,7 @@ def test_zero_offload_keeps_no_accumulated_partition_and_zero3_reads_past_overla
 def test_zero3_under_zero_offload_keeps_no_gradient_partition_on_the_gpu_between_steps():
     """stage3.py allocates grad_partitions_flat_buffer on self.device, the host under offload_optimizer."""
     memory, _, r = _zero_params("+ds.adam_offload=true")
-    assert memory == {**{k: v for k, v in ZERO3_MEMORY.items() if k != "grad_buffer_persists"},
+    assert memory == {**{k: v for k, v in ZERO3_MEMORY.items() if k not in ZERO3_DEVICE_STEP},
                       "grad_partition_on_host": True}
     load_scenario(r.scenario)
 
@@ -484,7 +487,8 @@ def test_fp32_gradient_accumulation_as_deepspeed_runs_it_at_zero1_and_zero3(stag
     memory, comm, r = _zero_params(f"ds.zero_stage={stage}", "+ds.grad_accum_dtype=fp32")
     assert memory["grad_bytes_per_param"] == grads and comm["grad_reduce_bytes_per_param"] == 2.0
     assert ("zero_reduce_bucket_params" in memory) == buckets
-    assert "zero_step_grad_copy_bytes_per_param" not in memory   # BF16_Optimizer / ZeRO-3: not stage_1_and_2's step
+    # BF16_Optimizer: not stage_1_and_2's step; ZeRO-3: the fp32 partition's flat copy alone (.to(fp32) returns it)
+    assert memory.get("zero_step_grad_copy_bytes_per_param") == (4.0 if stage == 3 else None)
     assert memory["grad_buffer_persists"] is True   # ZeRO-1: BF16_Optimizer's fp32 buffer; ZeRO-3: the partition
     assert memory.get("kept_grad_bytes_per_param") == (4.0 if stage == 1 else None)
     assert r.mapped["ds.grad_accum_dtype"].startswith("workload.train_params.memory.grad_bytes_per_param")

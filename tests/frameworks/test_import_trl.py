@@ -356,7 +356,8 @@ def test_padded_rows_attention_as_trls_attn_implementation_runs_it():
      {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce", "zero2_reduce_every_micro_batch": True}),
     ("zero3", {"grad_bytes_per_param": 2.0, "grad_buffer_persists": True, "zero_reduce_bucket_params": 5e8,
                "zero_reduce_buckets": 2, "zero_reduce_buckets_kept": 1,
-               "zero3_max_live_params": 1e9}, {"grad_reduce_bytes_per_param": 2.0, "zero3_outer_sync_every_micro_batch": True,
+               "zero3_max_live_params": 1e9, "zero_step_grad_copy_bytes_per_param": 6.0,
+               "zero_step_sub_group_params": 1e9}, {"grad_reduce_bytes_per_param": 2.0, "zero3_outer_sync_every_micro_batch": True,
                                                "zero3_backward_waits_last_bucket": True}),
     ("multi_gpu", None, None)])
 def test_accelerates_deepspeed_zero_stages_hold_and_reduce_the_gradients_as_deepspeed_does(launcher, memory, comm):

@@ -277,6 +277,33 @@ def test_step_copies_beside_a_host_gradient_partition_are_refused():
         MemoryParams(grad_partition_on_host=True, zero_step_grad_copy_bytes_per_param=6.0)
 
 
+@pytest.mark.parametrize(("dp", "sub_group"), [(8, 1e9), (2, 1e9), (2, 0.0)])
+def test_zero3_optimizer_step_copies_one_sub_group_beside_the_kept_partition_and_bucket(dp, sub_group):
+    """ZeRO-3's step (stage3.py _prepare_fp32_grad_for_sub_group): each sub-group's gradients flattened in
+    bf16 (2 B) and cast to fp32 (4 B), one sub-group at a time, beside the weights' shard, the optimizer
+    state, the kept bf16 partition (2 B x params / dp: grad_partitions_flat_buffer) and the kept IPG
+    bucket (5e8 x 2 B): 6 B x min(params / dp, sub_group_size) (Qwen2.5-7B / 8: 0.95e9 elements, under the
+    1e9 cap; / 2: 3.8e9, capped; no cap: the whole partition)."""
+    n = _trained_params()
+    memory = MemoryParams(grad_bytes_per_param=2.0, grad_buffer_persists=True, zero_reduce_bucket_params=BUCKET,
+                          zero_reduce_buckets=2, zero_reduce_buckets_kept=1, zero3_max_live_params=1e9,
+                          zero_step_grad_copy_bytes_per_param=6.0, zero_step_sub_group_params=sub_group)
+    lay = TrainLayout(dp=dp, zero=3, recompute="full", micro_batch=1)
+    b = memory_per_device(QWEN, lay, 128, BIG, params=memory, micro_batches=1)
+    copied = min(n / dp, sub_group) if sub_group else n / dp
+    assert b.step_copies_bytes == pytest.approx(6.0 * copied, rel=1e-12)
+    step = b.weights_bytes + b.optimizer_bytes + 2.0 * n / dp + 6.0 * copied + BUCKET * 2.0
+    assert b.step_bytes == pytest.approx(step, rel=1e-12) and b.total_bytes == max(b.backward_bytes, b.step_bytes)
+    bare = memory_per_device(QWEN, lay, 128, BIG, micro_batches=1, params=memory.model_copy(
+        update={"zero_step_grad_copy_bytes_per_param": 0.0, "zero_step_sub_group_params": 0.0}))
+    assert bare.backward_bytes == b.backward_bytes and bare.total_bytes == bare.backward_bytes
+
+
+def test_a_sub_group_without_step_copies_is_refused():
+    with pytest.raises(ValueError, match="set zero_step_grad_copy_bytes_per_param, or remove zero_step_sub_group"):
+        MemoryParams(zero_step_sub_group_params=1e9)
+
+
 
 def _zero3_dp_exposed(comm: CommParams, memory: MemoryParams | None = None) -> float:
     lay = TrainLayout(dp=8, zero=3, recompute="full")
