@@ -96,6 +96,10 @@ def _read_past_by_design(knob: str, comm: CommParams, model) -> bool:
     overlap share and the backward re-gather: the gates, blind to the model, admit these."""
     if knob == "tp_userbuffers":
         return model.is_moe
+    if knob == "zero3_backward_waits_last_bucket":   # it waits for what the reduce-scatters hide: none by default
+        reduce_hidden = comm.dp_overlap_fraction if comm.fsdp_reduce_overlap_fraction is None \
+            else comm.fsdp_reduce_overlap_fraction
+        return reduce_hidden == 0
     return knob in ("tp_overlap_fraction", "sp_backward_allgather") and comm.tp_userbuffers and not model.is_moe
 
 
@@ -112,18 +116,22 @@ GATE_LAYOUTS = (
 @pytest.mark.parametrize("knob", sorted(LAYOUT_GATED_COMM))
 def test_a_gated_comm_knob_moves_the_step_only_on_the_layouts_its_gate_admits(knob):
     """The gate is never too narrow (the knob moves nothing where it is refused) and not too wide (it
-    moves the step on each layout the gate admits, but where TE userbuffers take the knob's place:
-    _read_past_by_design), with userbuffers off and on."""
+    moves the step on each layout the gate admits, but where TE userbuffers take the knob's place or
+    nothing is hidden to wait for: _read_past_by_design), with userbuffers off and on, and with half of
+    FSDP's reduce-scatters hidden."""
     topo = load_topology({"preset": "dgx-h100", "nodes": 1})
     net = CollectiveModel(topo)
     seqs = np.array([512] * 8 + [4096] * 8)   # every replica gets both: pp_variable_seq_lengths acts on the send shapes
+    # DeepSpeed's reduction bucket (memory only below ZeRO-3: check_memory off), which the last-bucket wait reads
+    buckets = MemoryParams(zero_reduce_bucket_params=5e8)
     for name, layouts in GATE_LAYOUTS:
         model = load_model(name)
-        for comm in (CommParams(), CommParams(tp_userbuffers=True)):
+        for comm in (CommParams(), CommParams(tp_userbuffers=True), CommParams(fsdp_reduce_overlap_fraction=0.5)):
             moved_comm = comm.model_copy(update={knob: _flipped(getattr(comm, knob))})
             for lay in (lay.resolve(8) for lay in layouts):
                 base, moved = (train_step_cost(model, lay, topo, None, seqs, collectives=net,
-                                               params=TrainParams(comm=c, check_memory=False)).step_time_s
+                                               params=TrainParams(comm=c, memory=buckets,
+                                                                  check_memory=False)).step_time_s
                                for c in (comm, moved_comm))
                 admitted = LAYOUT_GATED_COMM[knob].applies(lay)
                 assert admitted if moved != base else not admitted or _read_past_by_design(knob, comm, model), \
