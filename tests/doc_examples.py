@@ -121,3 +121,94 @@ def all_examples() -> list[Example]:
     for path in doc_files():
         examples.extend(_doc_examples(path))
     return [e for e in examples if e.commands or e.python is not None]
+
+
+# A figure quoted in the prose, annotated with the command that prints it (tests/test_doc_figures.py):
+#   <!-- figure: COMMAND ; PATH ; VALUE [; TOLERANCE] -->
+# on the line that shows VALUE (docs/internals.md "The docs' examples and figures").
+FIGURE_MARK = re.compile(r"<!--\s*figure:(?P<body>.*?)-->")
+_FIGURE_PATH = re.compile(r"^(?P<path>[\w.-]+)(?:\s*(?P<op>[*/])\s*(?P<factor>[\d.eE+-]+))?$")
+_FIGURE_VALUE = re.compile(r"^-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<decimals>\d+))?$")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One annotated figure: where it is, the prose line around it (markers removed), the command
+    whose JSON holds it, the dotted path into that JSON and its scale, the value as printed and the
+    tolerance of the comparison."""
+    source: str                      # "docs/planner.md:375"
+    line: str
+    command: Command
+    path: str
+    factor: float                    # the JSON value times this is compared with the value
+    value: str
+    tolerance: float
+    relative: bool = False
+
+    @property
+    def expected(self) -> float:
+        return float(self.value.replace(",", ""))
+
+
+def _figure_tolerance(text: str | None, value: str) -> tuple[float, bool]:
+    """TOLERANCE: `0.05` (absolute) or `1%` (relative); absent, half a unit of the value's last
+    printed digit (what rounding to the printed figure allows)."""
+    if text is None:
+        decimals = _FIGURE_VALUE.match(value).group("decimals") or ""
+        return 0.5 * 10.0 ** -len(decimals), False
+    if text.endswith("%"):
+        return float(text[:-1]) / 100, True
+    return float(text), False
+
+
+def parse_figure(body: str, source: str, line: str) -> Figure:
+    """A marker's text after `figure:`; ValueError naming the source and the part that is wrong."""
+    parts = [p.strip() for p in body.split(";")]
+    if len(parts) not in (3, 4):
+        raise ValueError(f"{source}: a figure marker is 'COMMAND ; PATH ; VALUE [; TOLERANCE]', "
+                         f"got {len(parts)} parts: {body.strip()!r}")
+    command_text, path_text, value = parts[:3]
+    commands = commands_of(command_text) if command_text.startswith("rlsim ") else []
+    if len(commands) != 1 or commands[0].stdout_to or "--json" not in commands[0].argv:
+        raise ValueError(f"{source}: the command must be one `rlsim ... --json`, got {command_text!r}")
+    path = _FIGURE_PATH.match(path_text)
+    if path is None:
+        raise ValueError(f"{source}: the path must be dotted keys (list indices as numbers), "
+                         f"optionally '/ N' or '* N', got {path_text!r}")
+    if _FIGURE_VALUE.match(value) is None:
+        raise ValueError(f"{source}: the value must be a number as printed (1,047,680, 108.4), got {value!r}")
+    factor = float(path.group("factor") or 1)
+    factor = 1 / factor if path.group("op") == "/" else factor
+    try:
+        tolerance, relative = _figure_tolerance(parts[3] if len(parts) == 4 else None, value)
+    except ValueError:
+        raise ValueError(f"{source}: the tolerance must be a number or a percentage, got {parts[3]!r}") from None
+    return Figure(source, line, commands[0], path.group("path"), factor, value, tolerance, relative)
+
+
+def figures_in(path: Path) -> tuple[list[Figure], list[str]]:
+    """The figure markers of a markdown file, outside fenced blocks, and the problems of those that
+    do not parse."""
+    rel = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.name
+    figures, problems, fenced = [], [], False
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if fenced:
+            continue
+        prose = FIGURE_MARK.sub("", line)
+        for mark in FIGURE_MARK.finditer(line):
+            try:
+                figures.append(parse_figure(mark.group("body"), f"{rel}:{n}", prose))
+            except ValueError as exc:
+                problems.append(str(exc))
+    return figures, problems
+
+
+def all_figures() -> tuple[list[Figure], list[str]]:
+    figures, problems = [], []
+    for path in doc_files():
+        found, wrong = figures_in(path)
+        figures.extend(found)
+        problems.extend(wrong)
+    return figures, problems
