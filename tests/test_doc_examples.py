@@ -10,6 +10,7 @@ search, a cold default comparison) are listed in SLOW with the reason: the defau
 their arguments parse and the files they name exist, and RLSIM_DOC_EXAMPLES=all runs them whole
 (`RLSIM_DOC_EXAMPLES=all python -m pytest -q tests/test_doc_examples.py`). Examples that need what a
 test machine lacks (a GPU, a Dask cluster at a given address) are in NEEDS.
+The figures quoted in the prose are checked by tests/test_doc_figures.py (`<!-- figure: ... -->`).
 """
 from __future__ import annotations
 
