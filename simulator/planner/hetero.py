@@ -12,6 +12,7 @@ model, so their ratio is like for like.
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from ..errors import RlsimError
-from ..params import TrainParams
+from ..params import LAYOUT_GATED_MEMORY, LayoutGate, MemoryParams, TrainLayoutKeys, TrainParams
 from ..strict_model import StrictModel
 from ..units import capacity_text
 from .placement import groups, lay_out, locality_sorted
@@ -114,6 +115,36 @@ def _check_zero3_switches(train_params: TrainParams) -> None:
                                               "even rows read it at ZeRO-3)")
 
 
+def _zero3_only(gates: Mapping[str, LayoutGate]) -> tuple[str, ...]:
+    """The knobs whose layout gate (params.py) admits ZeRO-3 and none of ZeRO 0-2, the rest of the layout
+    at its defaults: those no layout of this step model reads."""
+    def admits(gate: LayoutGate, zero: int) -> bool:
+        return bool(gate.applies(TrainLayoutKeys(zero=zero)))
+
+    return tuple(knob for knob, gate in gates.items()
+                 if admits(gate, 3) and not any(admits(gate, zero) for zero in (0, 1, 2)))
+
+
+# train_params.memory knobs llm/memory.py reads at ZeRO-3 only (the gathered working set, the step's
+# sub-group): zero3_prefetch_layers, zero3_outer_gathered, zero3_reshard_after_forward, zero3_max_live_params
+# and zero_step_sub_group_params today (zero_reduce_buckets_kept is read at ZeRO 1-2 too: its gate is 1-3).
+ZERO3_ONLY_MEMORY = _zero3_only(LAYOUT_GATED_MEMORY)
+
+
+def _check_zero3_memory(train_params: TrainParams) -> None:
+    """Refuse the ZeRO-3-only memory knobs given off their defaults (no stack sets them; the OpenRLHF /
+    TRL ZeRO-3 imports and verl's fsdp2 without reshard_after_forward do): no layout of ZeRO 0-2 holds
+    what they size."""
+    for knob in ZERO3_ONLY_MEMORY:
+        default = MemoryParams.model_fields[knob].default
+        if getattr(train_params.memory, knob) != default:
+            field = f"workload.train_params.memory.{knob}"
+            raise RlsimError(f"{knob} sizes {LAYOUT_GATED_MEMORY[knob].why} (read at ZeRO-3 only), and the "
+                             "heterogeneous step model runs ZeRO 0-2 (no ZeRO-3), where llm/memory.py does not read it",
+                             field=field, fix=f"remove {field} (or set it {json.dumps(default)}), or plan without "
+                                              "--balance (the even rows read it at ZeRO-3)")
+
+
 @dataclass(frozen=True)
 class HeteroResult:
     tp: int
@@ -142,6 +173,7 @@ class HeteroStepModel:
         # memory is checked per stage by _check_memory
         self.train_params = (train_params or TrainParams()).model_copy(update={"check_memory": False})
         _check_zero3_switches(self.train_params)
+        _check_zero3_memory(self.train_params)
         overlap = self.params.dp_overlap_fraction
         self.dp_overlap_fraction = self.train_params.comm.dp_overlap_fraction if overlap is None else overlap
         memory = self.train_params.memory

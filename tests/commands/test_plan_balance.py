@@ -129,3 +129,27 @@ def test_the_hetero_step_models_keys_are_read_with_balance(capsys):
 def test_balance_where_it_does_not_apply_is_an_error(capsys, argv, field):
     assert main(argv) == 2
     assert f"field '{field}'" in capsys.readouterr().err
+
+
+def test_an_openrlhf_zero3_import_plans_with_balance_once_its_zero3_only_keys_are_back_at_their_defaults(
+        capsys, tmp_path):
+    """OpenRLHF's ZeRO-3 import sets two comm switches and two memory keys that only ZeRO-3 reads; the
+    balanced split runs ZeRO 0-2, so each is refused in turn naming its key, then the plan runs."""
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "workloads" / "frameworks" / "openrlhf-reinforce-qwen2.5-7b-hybrid.sh"
+    assert main(["run", "--from-openrlhf", str(script), "--print-scenario"]) == 0
+    scenario = tmp_path / "openrlhf.yaml"
+    scenario.write_text(capsys.readouterr().out)
+    argv = ["plan", str(scenario), "--topology", "hetero-a100-h100", "--balance", "--top", "1",
+            *(f"--set=planner.space.{key}=[{value}]" for key, value in (("zero", 1), ("micro_batch", 1),
+                                                                         ("recompute", "full")))]
+    comm = "comm.zero3_outer_sync_every_micro_batch"   # refused first, set back with its pair
+    for refused, defaults in ((comm, {comm: "false", "comm.zero3_backward_waits_last_bucket": "false"}),
+                              ("memory.zero3_max_live_params", {"memory.zero3_max_live_params": "null"}),
+                              ("memory.zero_step_sub_group_params", {"memory.zero_step_sub_group_params": "0"})):
+        assert main(argv) == 2
+        assert f"field 'workload.train_params.{refused}'" in capsys.readouterr().err
+        argv += [f"--set=workload.train_params.{key}={value}" for key, value in defaults.items()]
+    assert main(argv) == 0
+    assert "balanced:" in capsys.readouterr().out

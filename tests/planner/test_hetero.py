@@ -530,3 +530,51 @@ def test_deepspeeds_zero3_switches_are_refused_by_the_hetero_step_naming_their_k
         HeteroStepModel(load_model("qwen2.5-7b"), topo, 2048, 1, train_params=params)
     assert info.value.field == f"workload.train_params.comm.{knob}"
     assert "ZeRO 0-2" in info.value.message and "--balance" in info.value.fix
+
+
+# A value off each ZeRO-3-only memory key's default that MemoryParams admits on its own (the sub-group
+# needs the step copies it caps).
+ZERO3_ONLY_MEMORY_GIVEN = {
+    "zero3_prefetch_layers": {"zero3_prefetch_layers": 2},
+    "zero3_outer_gathered": {"zero3_outer_gathered": False},
+    "zero3_reshard_after_forward": {"zero3_reshard_after_forward": False},
+    "zero3_max_live_params": {"zero3_max_live_params": 1e9},
+    "zero_step_sub_group_params": {"zero_step_sub_group_params": 1e9, "zero_step_grad_copy_bytes_per_param": 6.0},
+}
+
+
+def test_the_hetero_steps_zero3_only_memory_keys_are_those_params_gates_admit_at_zero3_alone():
+    """Derived from params.LAYOUT_GATED_MEMORY's gates, not listed: the five that only ZeRO-3 reads; the
+    ZeRO 1-3 buckets (zero_reduce_buckets_kept included: llm/memory.py zero_kept_bucket_bytes reads it
+    at ZeRO 1-2 too) and step copies, ZeRO 2-3's host partition and ZeRO-2's accumulation stay read."""
+    from simulator.planner.hetero import ZERO3_ONLY_MEMORY
+
+    assert set(ZERO3_ONLY_MEMORY) == set(ZERO3_ONLY_MEMORY_GIVEN)
+
+
+@pytest.mark.parametrize("knob", sorted(ZERO3_ONLY_MEMORY_GIVEN))
+def test_zero3_only_memory_keys_are_refused_by_the_hetero_step_naming_their_key(knob):
+    """llm/memory.py reads these only at ZeRO-3, which the heterogeneous step model does not run: given off
+    their defaults, no layout it tries holds them, so it refuses them naming the key rather than read past."""
+    from simulator.params import MemoryParams, TrainParams
+
+    memory = {"zero_reduce_bucket_params": 5e8, **ZERO3_ONLY_MEMORY_GIVEN[knob]}
+    params = TrainParams(memory=MemoryParams(**memory))
+    topo = load_topology({"preset": "dgx-h100", "nodes": 1})
+    with pytest.raises(RlsimError) as info:
+        HeteroStepModel(load_model("qwen2.5-7b"), topo, 2048, 1, train_params=params)
+    assert info.value.field == f"workload.train_params.memory.{knob}"
+    assert "ZeRO 0-2" in info.value.message and "--balance" in info.value.fix
+    assert f"remove workload.train_params.memory.{knob}" in info.value.fix
+
+
+def test_zero3_only_memory_keys_at_their_defaults_and_zero_1_3_keys_are_taken_by_the_hetero_step():
+    """The refusal is of values given: the defaults (which every stack keeps) and the ZeRO 1-3 keys, which
+    the balanced rows' ZeRO 1 / 2 read, build a step model."""
+    from simulator.params import MemoryParams, TrainParams
+
+    defaults = {knob: MemoryParams.model_fields[knob].default for knob in ZERO3_ONLY_MEMORY_GIVEN}
+    memory = MemoryParams(**defaults, zero_reduce_bucket_params=5e8, zero_reduce_buckets=2, zero_reduce_buckets_kept=1,
+                          zero_step_grad_copy_bytes_per_param=6.0, zero2_accumulated_grad_partitions=1)
+    topo = load_topology({"preset": "dgx-h100", "nodes": 1})
+    HeteroStepModel(load_model("qwen2.5-7b"), topo, 2048, 1, train_params=TrainParams(memory=memory))
