@@ -49,7 +49,7 @@ from .planner import (
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
 from .rl.packing import heaviest_micro_batch, micro_batch_order, samples_per_micro_batch
-from .rl.pools import aux_pool_sizes, served_devices
+from .rl.pools import aux_devices_with_room, served_devices
 from .rl.schedules.batches import draw_lengths
 from .rl.schedules.failures import ReplanOutcome
 from .scenario import Scenario
@@ -361,8 +361,13 @@ def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
     if sched.effective_placement == "colocated":
         actor = n_devices if sched.fuse == "full" else n_devices - max(1, round(n_devices * sched.aux_fraction))
         return list(range(actor)), list(range(actor))
-    n_devices -= sum(aux_pool_sizes(sched).values())   # the reference / reward / critic's own pools (rl/pools.py)
+    # the reference / reward / critic's own pools (rl/pools.py), refused where they leave no room, as a run
+    n_devices -= aux_devices_with_room(sched, n_devices, sc.source or "<scenario>")
     want = sched.rollout_devices or round(n_devices * sched.rollout_fraction)
+    if want >= n_devices:   # no training device left: said by the key, not as an empty rank list
+        field = "schedule.rollout_devices" if sched.rollout_devices else "schedule.rollout_fraction"
+        raise RlsimError(f"{want} rollout devices leave none of the {n_devices} for training", source=sc.source,
+                         field=field, fix=f"give {field} fewer devices, or a topology with more")
     return list(range(want)), list(range(want, n_devices))
 
 

@@ -213,6 +213,13 @@ def _aux_devices(schedule: ScheduleConfig, n_devices: int, instance_devices: int
     return aux
 
 
+def aux_devices_with_room(schedule: ScheduleConfig, n_devices: int, source: str) -> int:
+    """The devices schedule.aux_devices sets apart on ``n_devices``, refused as a run refuses them where they
+    leave no room for a training replica and a rollout instance of one device each (the planner's check,
+    before the layouts are known)."""
+    return _aux_devices(schedule, n_devices, 1, 1, source)
+
+
 def _split(schedule: ScheduleConfig, n_devices: int, instance_devices: int, train_group_devices: int,
            source: str, why: str) -> dict[str, Pool]:
     """{rollout, train} on the first ``n_devices``: whole rollout instances and training replicas."""

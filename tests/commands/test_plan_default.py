@@ -361,6 +361,21 @@ def test_plan_on_fuse_actor_lists_layouts_its_aux_pool_runs(tmp_path, capsys):
 
 
 
+@pytest.mark.parametrize("schedule, field", [
+    ("{kind: one-step-off, rollout_devices: 4, aux_devices: {reference: 16}}", "schedule.aux_devices"),
+    ("{kind: one-step-off, rollout_devices: 16}", "schedule.rollout_devices"),
+])
+def test_plan_on_pools_that_leave_no_training_device_names_the_key(tmp_path, capsys, schedule, field):
+    """The OpenRLHF async example's pools (8 engines, 16 aux devices) on a 16-device topology left the
+    planner an empty rank list ("field 'ranks': ranks is empty"); it refuses them by the schedule's key,
+    as the run does."""
+    scenario = tmp_path / "pools.yaml"
+    scenario.write_text(f"topology: {{preset: dgx-h100, nodes: 2}}\nworkload: grpo-qwen2.5-7b\nschedule: {schedule}\n")
+    assert main(["plan", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert f"field '{field}'" in err and "ranks is empty" not in err
+
+
 def _plans_and_runs(capsys, scenario, layout: dict, sets: list[str]) -> tuple[bool, bool]:
     """(plan lists the one layout its space is narrowed to, `rlsim run` takes it for an iteration)."""
     narrowed = [f"planner.space.{key}=[{value}]" for key, value in layout.items()]
