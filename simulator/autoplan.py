@@ -49,7 +49,7 @@ from .planner import (
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
 from .rl.packing import heaviest_micro_batch, micro_batch_order, samples_per_micro_batch
-from .rl.pools import aux_devices_with_room, served_devices
+from .rl.pools import aux_devices_with_room, requested_rollout_devices, served_devices
 from .rl.schedules.batches import draw_lengths
 from .rl.schedules.failures import ReplanOutcome
 from .scenario import Scenario
@@ -363,7 +363,7 @@ def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
         return list(range(actor)), list(range(actor))
     # the reference / reward / critic's own pools (rl/pools.py), refused where they leave no room, as a run
     n_devices -= aux_devices_with_room(sched, n_devices, sc.source or "<scenario>")
-    want = sched.rollout_devices or round(n_devices * sched.rollout_fraction)
+    want = requested_rollout_devices(sched, n_devices)
     if want >= n_devices:   # no training device left: said by the key, not as an empty rank list
         field = "schedule.rollout_devices" if sched.rollout_devices else "schedule.rollout_fraction"
         raise RlsimError(f"{want} rollout devices leave none of the {n_devices} for training", source=sc.source,

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from ..errors import RlsimError
-from ..params import LAYOUT_GATED_MEMORY, LayoutGate, MemoryParams, TrainLayoutKeys, TrainParams
+from ..params import LAYOUT_GATED_COMM, LAYOUT_GATED_MEMORY, LayoutGate, TrainLayoutKeys, TrainParams
 from ..strict_model import StrictModel
 from ..units import capacity_text
 from .placement import groups, lay_out, locality_sorted
@@ -104,17 +104,6 @@ def _check_zero(zero: int, params: HeteroParams) -> None:
 _ZERO3_ONLY_COMM = ("zero3_outer_sync_every_micro_batch", "zero3_backward_waits_last_bucket")
 
 
-def _check_zero3_switches(train_params: TrainParams) -> None:
-    """Refuse DeepSpeed ZeRO-3's per-micro-batch comm switches: no layout of ZeRO 0-2 prices them."""
-    for knob in _ZERO3_ONLY_COMM:
-        if getattr(train_params.comm, knob):
-            field = f"workload.train_params.comm.{knob}"
-            raise RlsimError(f"{knob} prices DeepSpeed ZeRO-3's per-micro-batch collectives, and the heterogeneous "
-                             "step model runs ZeRO 0-2 (no ZeRO-3), where llm/training.py does not read it",
-                             field=field, fix=f"remove {field} (or set it false), or plan without --balance (the "
-                                              "even rows read it at ZeRO-3)")
-
-
 def _zero3_only(gates: Mapping[str, LayoutGate]) -> tuple[str, ...]:
     """The knobs whose layout gate (params.py) admits ZeRO-3 and none of ZeRO 0-2, the rest of the layout
     at its defaults: those no layout of this step model reads."""
@@ -131,18 +120,23 @@ def _zero3_only(gates: Mapping[str, LayoutGate]) -> tuple[str, ...]:
 ZERO3_ONLY_MEMORY = _zero3_only(LAYOUT_GATED_MEMORY)
 
 
-def _check_zero3_memory(train_params: TrainParams) -> None:
-    """Refuse the ZeRO-3-only memory knobs given off their defaults (no stack sets them; the OpenRLHF /
-    TRL ZeRO-3 imports and verl's fsdp2 without reshard_after_forward do): no layout of ZeRO 0-2 holds
-    what they size."""
-    for knob in ZERO3_ONLY_MEMORY:
-        default = MemoryParams.model_fields[knob].default
-        if getattr(train_params.memory, knob) != default:
-            field = f"workload.train_params.memory.{knob}"
-            raise RlsimError(f"{knob} sizes {LAYOUT_GATED_MEMORY[knob].why} (read at ZeRO-3 only), and the "
-                             "heterogeneous step model runs ZeRO 0-2 (no ZeRO-3), where llm/memory.py does not read it",
-                             field=field, fix=f"remove {field} (or set it {json.dumps(default)}), or plan without "
-                                              "--balance (the even rows read it at ZeRO-3)")
+def _check_zero3_only(train_params: TrainParams) -> None:
+    """Refuse the knobs llm/training.py and llm/memory.py read at ZeRO-3 only (DeepSpeed's per-micro-batch
+    comm switches, ZERO3_ONLY_MEMORY) given off their defaults (no stack sets them; the OpenRLHF / TRL
+    ZeRO-3 imports and verl's fsdp2 without reshard_after_forward do): no layout of ZeRO 0-2 reads them."""
+    for section, knobs, gates in (("comm", _ZERO3_ONLY_COMM, LAYOUT_GATED_COMM),
+                                  ("memory", ZERO3_ONLY_MEMORY, LAYOUT_GATED_MEMORY)):
+        given = getattr(train_params, section)
+        for knob in knobs:
+            default = type(given).model_fields[knob].default
+            if getattr(given, knob) != default:
+                field = f"workload.train_params.{section}.{knob}"
+                reads = "prices" if section == "comm" else "sizes"
+                raise RlsimError(f"{knob} {reads} {gates[knob].why} (read at ZeRO-3 only), and the heterogeneous "
+                                 "step model runs ZeRO 0-2 (no ZeRO-3), where llm/training.py and llm/memory.py "
+                                 "do not read it", field=field,
+                                 fix=f"remove {field} (or set it {json.dumps(default)}), or plan without --balance "
+                                     "(the even rows read it at ZeRO-3)")
 
 
 @dataclass(frozen=True)
@@ -172,8 +166,7 @@ class HeteroStepModel:
         self.params = params or HeteroParams()
         # memory is checked per stage by _check_memory
         self.train_params = (train_params or TrainParams()).model_copy(update={"check_memory": False})
-        _check_zero3_switches(self.train_params)
-        _check_zero3_memory(self.train_params)
+        _check_zero3_only(self.train_params)
         overlap = self.params.dp_overlap_fraction
         self.dp_overlap_fraction = self.train_params.comm.dp_overlap_fraction if overlap is None else overlap
         memory = self.train_params.memory

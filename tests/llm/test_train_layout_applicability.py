@@ -11,7 +11,7 @@ from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm import load_model
 from simulator.llm.train_layout import TrainLayout
-from simulator.llm.training import train_step_cost
+from simulator.llm.training import _fsdp_hidden, train_step_cost
 from simulator.network.collectives import CollectiveModel
 from simulator.params import LAYOUT_GATED_COMM, LAYOUT_GATED_MEMORY, CommParams, MemoryParams, TrainParams
 from simulator.scenario import load_scenario
@@ -97,9 +97,7 @@ def _read_past_by_design(knob: str, comm: CommParams, model) -> bool:
     if knob == "tp_userbuffers":
         return model.is_moe
     if knob == "zero3_backward_waits_last_bucket":   # it waits for what the reduce-scatters hide: none by default
-        reduce_hidden = comm.dp_overlap_fraction if comm.fsdp_reduce_overlap_fraction is None \
-            else comm.fsdp_reduce_overlap_fraction
-        return reduce_hidden == 0
+        return _fsdp_hidden(comm)[1] == 0
     return knob in ("tp_overlap_fraction", "sp_backward_allgather") and comm.tp_userbuffers and not model.is_moe
 
 
