@@ -4,12 +4,8 @@ import pytest
 
 import simulator
 from simulator.errors import RlsimError
+from tests.rl.test_distillation import SMALL, TEACHER  # the small run and its teacher, as there
 
-SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 2}, iterations=2,
-             overrides=["workload.prompts_per_step=32", "workload.samples_per_prompt=4",
-                        "workload.mini_batch_prompts=16", "workload.train_layout.tp=2"])
-TEACHER = ["workload.distillation.teacher=qwen2.5-32b", "workload.distillation.devices=8",
-           "workload.distillation.layout.tp=4"]
 EAGLE = ["workload.inference.speculative_method=eagle", "workload.inference.num_speculative_tokens=3"]
 
 
