@@ -349,6 +349,43 @@ class Fabric:
         loads = np.bincount(r.link, weights=np.asarray(nbytes, dtype=float)[r.flow], minlength=r.links)
         return float(np.max(loads[r.link] / r.capacity))
 
+    def all_to_all_link_time_s(self, ranks: np.ndarray, bytes_per_pair: float) -> float:
+        """``max_link_time_s`` of a uniform all-to-all (every ordered pair of distinct ``ranks`` sends
+        ``bytes_per_pair`` on its route) from per-level counts, O(n) instead of n(n-1) routes: the
+        same loads. On the routes (``route_ids``): a pair of one full-mesh server has its own link; a
+        pair of one domain climbs its devices' scale-up links (a two-tier pair on two servers also
+        their L1 -> L2 uplinks); any other pair takes both NICs, and the leaves' spine links when
+        the two sit on different leaves."""
+        ranks = np.asarray(ranks, dtype=np.int64)
+        if len(ranks) < 2:
+            return 0.0
+        n, cap = len(ranks), self.capacity
+        in_domain = _label_counts(self.domain[ranks])   # each rank's group members in its domain, itself too
+        on_node = _label_counts(self.node[ranks])
+        mesh = self.kind[ranks] == _MESH
+        pairs: list[np.ndarray] = []   # pairs' shares per link over that link's capacity
+        tree = ~mesh
+        pairs.append((in_domain[tree] - 1) / cap[2 * ranks[tree]])
+        meshed = mesh & (on_node > 1)
+        if meshed.any():   # one link per peer of the server: a pair's share each
+            mesh_cap = np.array([g.up.bw_Bps * g.up.efficiency for g in self.groups])[self.group[ranks[meshed]]]
+            pairs.append(1.0 / mesh_cap)
+        two_tier = self.kind[ranks] == _TWO_TIER
+        if two_tier.any():   # a node's uplink: its members' shares to the domain's members off the node
+            nodes, first = np.unique(self.node[ranks[two_tier]], return_index=True)
+            members, domain_members = on_node[two_tier][first], in_domain[two_tier][first]
+            pairs.append(members * (domain_members - members) / cap[self.l12_base + 2 * nodes])
+        off_domain = n - in_domain
+        pairs.append(off_domain / cap[self.out_base + 2 * ranks])
+        if self.scaleout is not None:   # a leaf's spine link: its members' shares to other domains on other leaves
+            leaf = self.leaf[ranks]
+            on_leaf = _label_counts(leaf)
+            on_leaf_in_domain = _label_counts(leaf * self.num_domains + self.domain[ranks])
+            through = np.bincount(leaf, weights=off_domain - (on_leaf - on_leaf_in_domain))
+            used = np.flatnonzero(through > 0)
+            pairs.append(through[used] / cap[self.ls_base + 2 * used])
+        return float(np.concatenate(pairs).max()) * bytes_per_pair
+
     # ---- names (the graph's node ids) ------------------------------------------------------
     def edge_name(self, eid: int) -> tuple[str, str]:
         """The graph's (u, v) node ids of edge `eid`."""
@@ -517,6 +554,12 @@ def _rank_order(ranks: np.ndarray) -> bytes:
     if len(ranks) < 2 or (ranks[1:] > ranks[:-1]).all():
         return b""
     return np.argsort(ranks, kind="stable").astype(np.int64).tobytes()
+
+
+def _label_counts(labels: np.ndarray) -> np.ndarray:
+    """For each position, how many positions hold its label (itself included)."""
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    return counts[inverse.reshape(-1)]
 
 
 def _first_appearance_list(values: list[int]) -> list[int]:

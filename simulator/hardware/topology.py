@@ -556,6 +556,15 @@ class Topology:
         if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
             self.check_ranks([int(r) for pair in zip(src, dst, strict=True) for r in pair])
 
+    def all_to_all_link_time_s(self, ranks: Sequence[int], bytes_per_pair: float) -> float | None:
+        """``max_link_time_s`` of the flows of a uniform all-to-all over ``ranks`` (every ordered pair
+        of distinct ranks, ``bytes_per_pair`` each), counted per link level without listing the pairs
+        (Fabric.all_to_all_link_time_s); None for an explicit graph, whose links may differ anywhere."""
+        if self._fabric is None:
+            return None
+        self.check_ranks(ranks)
+        return self._fabric.all_to_all_link_time_s(np.asarray(ranks, dtype=np.int64), bytes_per_pair)
+
     def max_path_latency_s(self, pairs: Iterable[tuple[int, int]] | FlowTable) -> float:
         """The largest path latency over (src rank, dst rank) pairs (or a FlowTable's flows); 0.0
         for none."""

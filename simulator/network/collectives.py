@@ -403,9 +403,16 @@ class CollectiveModel:
         return Phase((), latency, self._injection_bound_s(group, bytes_per_pair))
 
     def _injection_bound_s(self, group: list[int], bytes_per_pair: float) -> float:
-        """Large all-to-all: each device's bytes to its own domain leave on its scale-up links and
-        the rest on its scale-out link; the slowest device bounds the phase (non-blocking fabric)."""
+        """Large all-to-all. A hierarchical cluster: its most loaded link, the loads counted per link
+        level (Topology.all_to_all_link_time_s: the loads the pairs' routes give, a thin spine or
+        two-tier uplink included; the per-device bound read every fabric as non-blocking and a full
+        mesh's k - 1 links as one). An explicit graph: each device's bytes to its own domain leave on
+        its scale-up links (a full mesh: one peer's on each) and the rest on its scale-out link; the
+        slowest device bounds the phase (non-blocking fabric)."""
         topo = self.topology
+        counted = topo.all_to_all_link_time_s(group, bytes_per_pair)
+        if counted is not None:
+            return counted
         by_domain = topo.group_by_domain(group)
         n = len(group)
         worst = 0.0
@@ -414,7 +421,8 @@ class CollectiveModel:
             a = members[0]
             up_peer = members[1] if k > 1 else None
             out_peer = next((r for d, ms in by_domain.items() for r in ms if d != topo.domain_of(a)), None)
-            t_up = (k - 1) * bytes_per_pair / topo.path_bw_Bps(a, up_peer, effective=True) if up_peer is not None else 0.0
+            on_up = 1 if k > 1 and self._fully_linked(members) else k - 1   # pairs sharing a's link to up_peer
+            t_up = on_up * bytes_per_pair / topo.path_bw_Bps(a, up_peer, effective=True) if up_peer is not None else 0.0
             t_out = ((n - k) * bytes_per_pair / topo.path_bw_Bps(a, out_peer, effective=True)
                      if out_peer is not None else 0.0)
             worst = max(worst, t_up, t_out)
