@@ -345,10 +345,11 @@ class CollectiveModel:
     # ---- tree ------------------------------------------------------------------------------
     def _tree(self, op: str, group: list[int], nbytes: float) -> list[Phase]:
         """Pipelined binary tree (NCCL's double binary tree for all-reduce, a binomial-depth tree
-        for broadcast): log2(n) steps deep; every parent->child edge carries S (all-reduce: S up and
-        S down, 2 x log2(n) steps)."""
+        for broadcast): floor(log2 n) steps deep (rank i of the heap sits at depth floor(log2(i + 1)),
+        the deepest is the last); every parent->child edge carries S (all-reduce: S up and S down,
+        2 x depth steps)."""
         n = len(group)
-        depth = math.ceil(math.log2(n))
+        depth = n.bit_length() - 1
         parent = [group[(i - 1) // 2] for i in range(1, n)]  # heap-ordered binary tree
         down = FlowTable.uniform(parent, group[1:], nbytes)
         step = self._step_latency_s(down)

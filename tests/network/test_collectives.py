@@ -330,11 +330,28 @@ def test_hierarchical_all_reduce_on_two_dgx_nodes_matches_the_closed_form(nbytes
 
 
 def test_tree_all_reduce_of_a_small_message_is_two_passes_of_its_depth():
-    """8 bytes up and down a binary tree of 8 GPUs: launch + 2 x ceil(log2 8) steps (+ a parent's
+    """8 bytes up and down a binary tree of 8 GPUs: launch + 2 x log2 8 steps (+ a parent's
     three flows of 8 bytes on one link); the old bound of 5-50 us passed half the steps."""
     bw, step = _hop(H100, MODEL, 0, 1)
     expected = H100.device_spec(0).launch_overhead_s + 2 * 3 * step
     got = MODEL.cost("all_reduce", list(range(8)), 8, algorithm="tree").time_s
+    assert got == pytest.approx(expected, abs=3 * 8 / bw * (1 + 1e-9))
+    assert got >= expected
+
+
+@pytest.mark.parametrize("n", [3, 5, 6, 7, 8])
+@pytest.mark.parametrize("op", ["all_reduce", "broadcast"])
+def test_a_tree_is_as_deep_as_its_deepest_rank(n, op):
+    """A heap-ordered binary tree of n ranks puts rank i at depth floor(log2(i + 1)): its deepest,
+    rank n - 1, is floor(log2 n) hops from the root, so a tiny message takes that many steps each way
+    (all-reduce: up and down; broadcast: down). ceil(log2 n) counted a level that 3, 5, 6 and 7 ranks
+    do not have."""
+    depth = max((i + 1).bit_length() - 1 for i in range(n))
+    assert depth == n.bit_length() - 1
+    bw, step = _hop(H100, MODEL, 0, 1)
+    passes = 2 if op == "all_reduce" else 1
+    expected = H100.device_spec(0).launch_overhead_s + passes * depth * step
+    got = MODEL.cost(op, list(range(n)), 8, algorithm="tree").time_s
     assert got == pytest.approx(expected, abs=3 * 8 / bw * (1 + 1e-9))
     assert got >= expected
 
