@@ -38,6 +38,15 @@ def _split(value: object, field: str, source: str | None, what: str) -> tuple[fl
     return _finite(float(m.group(1)), value, field, source, what), m.group(2)
 
 
+def is_unitless(value: object) -> bool:
+    """A number given without a unit, read in SI base units: an int or float (not a bool), or text
+    that is only a number (YAML's quoted '400'): the parsers read both alike, so the guards against
+    a unit left out (a link of 400 B/s, a device of 80 bytes) must take both."""
+    if isinstance(value, str):
+        return re.fullmatch(_NUM, value.strip()) is not None
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _finite(number: float, value: object, field: str, source: str | None, what: str) -> float:
     """A quantity is a finite number (.inf or .nan in a link or a device ran into division by zero
     and NaN figures); a scaled one too (1e308 TB/s overflows)."""

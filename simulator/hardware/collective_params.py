@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import RlsimError, one_typo_from
-from ..units import parse_seconds
+from ..units import is_unitless, parse_seconds
 
 # A per-step or launch overhead given as a bare number is read in seconds; one above this is a unit
 # left out (step_overhead_s: 1 meant 1 us and priced every collective 6 s), refused as topology.py
@@ -49,8 +49,7 @@ class CollectiveParams:
                 values[key] = None if raw is None else parse_seconds(raw, where, source)
                 if values[key] is not None and values[key] < 0:
                     raise RlsimError("must be >= 0", source=source, field=where)
-                bare = isinstance(raw, (int, float)) and not isinstance(raw, bool)
-                if bare and values[key] > MAX_BARE_OVERHEAD_S:
+                if is_unitless(raw) and values[key] > MAX_BARE_OVERHEAD_S:
                     raise RlsimError(f"{raw!r} reads as {raw} s (a bare number is seconds): no collective step "
                                      "costs that much", source=source, field=where, fix=f"give the unit, e.g. '{raw}us'")
             else:

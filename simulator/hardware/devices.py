@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RlsimError, one_typo_from
-from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
+from ..units import is_unitless, parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 # Achievable fractions shared by most devices (hardware.md, "Achievable fractions seen in practice").
 DEFAULT_GEMM_EFFICIENCY = 0.75  # large BF16 GEMMs reach ~70-80% of peak on H100/A100
@@ -324,7 +324,7 @@ _BARE_FLOORS = {"hbm_bytes": (1e8, "GB"), "hbm_bw_Bps": (1e7, "TB/s"), "scaleup_
 
 def _check_bare(key: str, raw: Any, value: float, where: str, source: str | None) -> None:
     floor = _BARE_FLOORS.get(key)
-    if floor and isinstance(raw, (int, float)) and not isinstance(raw, bool) and 0 < value < floor[0]:   # 0: its own error
+    if floor and is_unitless(raw) and 0 < value < floor[0]:   # 0: its own error
         raise RlsimError(f"{raw!r} reads as {raw} in SI base units (a bare number): no device is that small",
                          source=source, field=where, fix=f"give the unit, e.g. '{raw}{floor[1]}'")
 

@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import RlsimError, one_typo_from
 from ..presets import resolve
 from ..scenario import LIMITS_FIX, Limits
-from ..units import parse_bandwidth, parse_seconds
+from ..units import is_unitless, parse_bandwidth, parse_seconds
 from .collective_params import CollectiveParams
 from .devices import DeviceSpec, catalog_device, device_from_mapping
 from .fabric import PLANES, Fabric, FlowTable, GroupPlan, ScaleoutPlan
@@ -764,10 +764,6 @@ MIN_BARE_LINK_BPS = 1e6
 MAX_BARE_LINK_LATENCY_S = 0.1
 
 
-def _bare(raw: Any) -> bool:
-    return isinstance(raw, (int, float)) and not isinstance(raw, bool)
-
-
 class _Reader:
     """Field access on a YAML mapping that names the file and the dotted field on error."""
 
@@ -806,7 +802,7 @@ class _Reader:
         if not value > 0:
             raise RlsimError(f"must be > 0, got {raw!r}", source=self.source, field=self.where(key),
                              fix="give a positive quantity, e.g. '400Gb/s'")
-        if parser is parse_bandwidth and _bare(raw) and 0 < value < MIN_BARE_LINK_BPS:
+        if parser is parse_bandwidth and is_unitless(raw) and 0 < value < MIN_BARE_LINK_BPS:
             raise RlsimError(f"{raw!r} reads as {raw} bytes/s (a bare number is bytes/s): no link is that slow",
                              source=self.source, field=self.where(key),
                              fix=f"give the unit, e.g. '{raw}Gb/s' or '{raw}GB/s'")
@@ -817,7 +813,7 @@ class _Reader:
         value = default if raw is None else parse_seconds(raw, self.where(key), self.source)
         if value < 0:
             raise RlsimError(f"must be >= 0, got {raw!r}", source=self.source, field=self.where(key))
-        if _bare(raw) and value > MAX_BARE_LINK_LATENCY_S:
+        if is_unitless(raw) and value > MAX_BARE_LINK_LATENCY_S:
             raise RlsimError(f"{raw!r} reads as {raw} s (a bare number is seconds): no link is that slow",
                              source=self.source, field=self.where(key), fix=f"give the unit, e.g. '{raw}us'")
         return value
