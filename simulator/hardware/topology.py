@@ -1101,6 +1101,22 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     return GroupPlan(gname, spec, per_node, per_domain, num_nodes, up_kind, up, uplink_bw, host, nic)
 
 
+def _check_servers_in_one_domain(graph: nx.DiGraph, devices: list[str], nodes: list[Any], source: str) -> None:
+    """Every device of one server (graph node attribute `node`) names one scale-up domain: a server
+    sits inside its domain (the collectives group by domain, the layouts by server within it)."""
+    position = {str(raw.get("id")): i for i, raw in enumerate(nodes)}   # every entry is a mapping with an id by now
+    first: dict[int, tuple[int, str]] = {}
+    for device in devices:
+        node, domain = graph.nodes[device]["node"], graph.nodes[device]["domain"]
+        seen_domain, seen = first.setdefault(node, (domain, device))
+        if domain != seen_domain:
+            raise RlsimError(f"device {device!r} is on node {node} with {seen!r}, which is in domain {seen_domain}, "
+                             f"but it says domain {domain}", source=source,
+                             field=f"graph.nodes[{position[device]}].domain",
+                             fix=f"a server sits inside one scale-up domain: give every device of node {node} "
+                                 f"domain {seen_domain}, or give {device!r} a node of its own")
+
+
 def _build_explicit(name: str, description: str, mapping: dict[str, Any], source: str) -> Topology:
     top = _Reader(mapping, source)
     top.check_keys({"name", "description", "sources", "collectives", "graph", "device_profile"})
@@ -1143,6 +1159,7 @@ def _build_explicit(name: str, description: str, mapping: dict[str, Any], source
     if not devices:
         raise RlsimError("the graph has no device", source=source, field="graph.nodes",
                          fix="add nodes of kind device")
+    _check_servers_in_one_domain(g, devices, nodes, source)
     for i, raw in enumerate(links):
         r = _Reader(raw, source, f"graph.links[{i}]")
         r.check_keys({"a", "b", "bw", "latency", "efficiency", "plane", "duplex"})

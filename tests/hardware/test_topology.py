@@ -105,6 +105,8 @@ def test_explicit_form(tmp_path):
     (lambda d: d["graph"]["links"][1].update(bw="-5GB/s"), "graph.links[1].bw"),
     (lambda d: d["graph"]["links"][2].pop("bw"), "graph.links[2].bw"),
     (lambda d: d["graph"]["links"].pop(2), "graph.links"),  # c is cut off
+    # b shares a's server but not its domain (a server is inside one scale-up domain): was accepted
+    (lambda d: d["graph"]["nodes"][1].update(domain=1), "graph.nodes[1].domain"),
 ])
 def test_explicit_bad_input_names_file_and_field(tmp_path, mutate, field):
     import copy
