@@ -113,3 +113,33 @@ def test_a_device_spanning_kinds_is_no_faster_than_any_of_them_at_any_rate():
     rates = rates_for(slowest_device([h100, h20], "bf16"), TrainParams())
     assert rates.hbm_Bps == pytest.approx(h100.hbm_bw_Bps * h100.hbm_efficiency)   # was the H20's 4 TB/s
     assert rates.peak_flops * rates.gemm_efficiency == pytest.approx(h20.peak("bf16") * h20.gemm_efficiency)
+
+
+# docs/reference/hardware.md's accelerator table, row by row: dense BF16 TFLOP/s, FP8 (or INT8)
+# TFLOP/s (None: the table gives none), HBM in its "GB" (the catalog's GiB, see GIB), HBM TB/s and the
+# scale-up link per direction in GB/s. A catalog figure that drifts from the table fails here.
+HARDWARE_MD = {
+    "ascend-910c": (752, 1504, 128, 3.2, 392),
+    "ascend-910b2": (353.8, 708, 64, 1.6, 196),
+    "ascend-910b3": (294.9, None, 64, 1.6, 196),
+    "a100-80gb": (312, 624, 80, 2.039, 300),
+    "h100": (989, 1979, 80, 3.35, 450),
+    "h800": (989, 1979, 80, 3.35, 200),
+    "h20": (148, 296, 96, 4.0, 450),
+    "h200": (989, 1979, 141, 4.8, 450),
+    "b200": (2250, 4500, 180, 8.0, 900),
+    "gb200": (2500, 5000, 186, 8.0, 900),
+}
+
+
+@pytest.mark.parametrize(("name", "row"), HARDWARE_MD.items())
+def test_catalog_figures_are_hardware_md_s(name, row):
+    bf16, low_precision, hbm_gb, hbm_tbps, scaleup_gbps = row
+    spec = get_device(name)
+    assert spec.peak("bf16") == pytest.approx(bf16 * 1e12, rel=1e-12)
+    if low_precision is not None:
+        dtype = "fp8" if "fp8" in spec.peak_flops else "int8"
+        assert spec.peak(dtype) == pytest.approx(low_precision * 1e12, rel=1e-12)
+    assert spec.hbm_bytes == hbm_gb * 2**30
+    assert spec.hbm_bw_Bps == pytest.approx(hbm_tbps * 1e12, rel=1e-12)
+    assert spec.scaleup_bw_Bps == pytest.approx(scaleup_gbps * 1e9, rel=1e-12)
