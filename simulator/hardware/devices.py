@@ -322,7 +322,8 @@ _BARE_FLOORS = {"hbm_bytes": (1e8, "GB"), "hbm_bw_Bps": (1e7, "TB/s"), "scaleup_
                 "host_link_bw_Bps": (1e6, "GB/s"), "peak_flops": (1e6, "T")}
 
 
-def _check_bare(key: str, raw: Any, value: float, where: str, source: str | None) -> None:
+def check_bare(key: str, raw: Any, value: float, where: str, source: str | None) -> None:
+    """Refuses a device figure given as a bare number below its key's floor (_BARE_FLOORS): a unit left out."""
     floor = _BARE_FLOORS.get(key)
     if floor and is_unitless(raw) and 0 < value < floor[0]:   # 0: its own error
         raise RlsimError(f"{raw!r} reads as {raw} in SI base units (a bare number): no device is that small",
@@ -361,11 +362,13 @@ def device_from_mapping(value: str | Mapping[str, Any], source: str | None = Non
                 raise RlsimError("peak_flops must be a mapping dtype -> FLOP/s", source=source, field=where)
             fields[key] = {str(k): parse_flops(v, f"{where}.{k}", source) for k, v in raw.items()}
             for dtype, flops in raw.items():
-                _check_bare(key, flops, fields[key][str(dtype)], f"{where}.{dtype}", source)
+                check_bare(key, flops, fields[key][str(dtype)], f"{where}.{dtype}", source)
         elif key in _PARSERS:
             fields[key] = _PARSERS[key](raw, where, source)
-            _check_bare(key, raw, fields[key], where, source)
-        elif key in ("name", "description"):
+            check_bare(key, raw, fields[key], where, source)
+        elif key == "name":   # a catalog device's name as the catalog spells it ('H100' picks h100: profiles match it)
+            fields[key] = str(raw).lower() if str(raw).lower() in _CATALOG else str(raw)
+        elif key == "description":
             fields[key] = str(raw)
         elif key == "peer_memory_all_reduce":
             if not isinstance(raw, bool):

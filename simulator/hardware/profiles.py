@@ -19,6 +19,7 @@ from ..errors import RlsimError, did_you_mean
 from ..presets import read_yaml
 from ..strict_model import StrictModel
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
+from .devices import check_bare
 
 PROFILE_SCHEMA = 1
 # Profile field -> DeviceSpec field it replaces (same names on both sides).
@@ -153,17 +154,33 @@ def profile_from_mapping(mapping: Mapping[str, Any], source: str = "<profile map
         raise RlsimError(f"profile schema_version {version!r} is not supported", source=source,
                          field="schema_version", fix=f"re-run `rlsim calibrate` (schema {PROFILE_SCHEMA})")
     try:
-        return DeviceProfile.model_validate(dict(mapping))
+        profile = DeviceProfile.model_validate(dict(mapping))
     except RlsimError as exc:  # a unit parser inside a validator
         raise RlsimError(str(exc), source=source, fix=exc.fix) from None
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or None
         cause = err.get("ctx", {}).get("error")
-        if isinstance(cause, RlsimError):   # a unit parser's own message and fix, at the profile's field
-            raise RlsimError(cause.message, source=source, field=where, fix=cause.fix) from None
+        if isinstance(cause, RlsimError):   # a unit parser's own message and fix, at its field (peak_flops.bf16)
+            inner = cause.field if cause.field and where and cause.field.startswith(where + ".") else where
+            raise RlsimError(cause.message, source=source, field=inner, fix=cause.fix) from None
         raise RlsimError(err["msg"] + did_you_mean(err, DeviceProfile), source=source, field=where,
                          fix="correct the value or re-run `rlsim calibrate`; see docs/calibration.md") from None
+    _check_units_given(mapping, profile, source)
+    return profile
+
+
+def _check_units_given(mapping: Mapping[str, Any], profile: DeviceProfile, source: str) -> None:
+    """A profile's numbers are SI (`rlsim calibrate` writes bytes, B/s, FLOP/s), so a hand-edited
+    `hbm_bytes: 80` reads as 80 bytes: below the device floors (devices.check_bare, as a topology's
+    device entry) it is a unit left out, refused with the unit to add."""
+    for key, value in profile.spec_fields().items():
+        if key == "peak_flops":
+            given = {str(dtype): raw for dtype, raw in mapping[key].items()}
+            for dtype, flops in value.items():
+                check_bare(key, given[dtype], flops, f"{key}.{dtype}", source)
+        else:
+            check_bare(key, mapping[key], value, key, source)
 
 
 def load_profile(path: str | Path) -> DeviceProfile:

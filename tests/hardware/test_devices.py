@@ -37,6 +37,13 @@ def test_names_are_case_insensitive():
     assert get_device("H100") is get_device("h100")
 
 
+def test_a_mapping_spells_a_catalog_name_as_the_catalog():
+    # 'H100' picks h100's figures and keeps its name: a profile of h100 and the catalog match it
+    spec = device_from_mapping({"name": "H100", "gemm_efficiency": 0.7}, source="x.yaml")
+    assert spec.name == "h100" and spec == get_device("h100").replace(gemm_efficiency=0.7)
+    assert device_from_mapping({"base": "h100", "name": "My-H100"}).name == "My-H100"   # a new name stays
+
+
 def test_unsupported_dtype_and_unknown_device_raise():
     with pytest.raises(RlsimError, match="dtype"):
         get_device("ascend-910b3").peak("fp8")
