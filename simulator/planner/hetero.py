@@ -99,11 +99,6 @@ def _check_zero(zero: int, params: HeteroParams) -> None:
                          fix="give the stack's train_params.memory bytes instead, or zero 0")
 
 
-# llm/training.py reads these DeepSpeed ZeRO-3 switches at ZeRO-3 only (_dp_and_optimizer), which this
-# step model does not run (_check_zero): given, they would be read past.
-_ZERO3_ONLY_COMM = ("zero3_outer_sync_every_micro_batch", "zero3_backward_waits_last_bucket")
-
-
 def _zero3_only(gates: Mapping[str, LayoutGate]) -> tuple[str, ...]:
     """The knobs whose layout gate (params.py) admits ZeRO-3 and none of ZeRO 0-2, the rest of the layout
     at its defaults: those no layout of this step model reads."""
@@ -114,6 +109,11 @@ def _zero3_only(gates: Mapping[str, LayoutGate]) -> tuple[str, ...]:
                  if admits(gate, 3) and not any(admits(gate, zero) for zero in (0, 1, 2)))
 
 
+# train_params.comm knobs llm/training.py reads at ZeRO-3 only, which this step model does not run
+# (_check_zero): FSDP's fsdp_gather_overlap_fraction / fsdp_reduce_overlap_fraction (the per-layer gathers
+# and reduce-scatters, _fsdp_hidden) and DeepSpeed's zero3_outer_sync_every_micro_batch /
+# zero3_backward_waits_last_bucket (_dp_and_optimizer) today: given, they would be read past.
+ZERO3_ONLY_COMM = _zero3_only(LAYOUT_GATED_COMM)
 # train_params.memory knobs llm/memory.py reads at ZeRO-3 only (the gathered working set, the step's
 # sub-group): zero3_prefetch_layers, zero3_outer_gathered, zero3_reshard_after_forward, zero3_max_live_params
 # and zero_step_sub_group_params today (zero_reduce_buckets_kept is read at ZeRO 1-2 too: its gate is 1-3).
@@ -121,10 +121,10 @@ ZERO3_ONLY_MEMORY = _zero3_only(LAYOUT_GATED_MEMORY)
 
 
 def _check_zero3_only(train_params: TrainParams) -> None:
-    """Refuse the knobs llm/training.py and llm/memory.py read at ZeRO-3 only (DeepSpeed's per-micro-batch
-    comm switches, ZERO3_ONLY_MEMORY) given off their defaults (no stack sets them; the OpenRLHF / TRL
-    ZeRO-3 imports and verl's fsdp2 without reshard_after_forward do): no layout of ZeRO 0-2 reads them."""
-    for section, knobs, gates in (("comm", _ZERO3_ONLY_COMM, LAYOUT_GATED_COMM),
+    """Refuse the knobs llm/training.py and llm/memory.py read at ZeRO-3 only (ZERO3_ONLY_COMM,
+    ZERO3_ONLY_MEMORY) given off their defaults (no stack sets them; the OpenRLHF / TRL ZeRO-3 imports and
+    verl's fsdp2 without reshard_after_forward do): no layout of ZeRO 0-2 reads them."""
+    for section, knobs, gates in (("comm", ZERO3_ONLY_COMM, LAYOUT_GATED_COMM),
                                   ("memory", ZERO3_ONLY_MEMORY, LAYOUT_GATED_MEMORY)):
         given = getattr(train_params, section)
         for knob in knobs:

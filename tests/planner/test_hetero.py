@@ -518,18 +518,36 @@ def test_deepspeeds_zero2_reduces_in_every_micro_batch_of_the_hetero_step():
     assert r.step_time_s == pytest.approx(4 * r.stage_time_s[0][0] + 4 * reduce + gather, rel=1e-9)
 
 
-@pytest.mark.parametrize("knob", ["zero3_outer_sync_every_micro_batch", "zero3_backward_waits_last_bucket"])
-def test_deepspeeds_zero3_switches_are_refused_by_the_hetero_step_naming_their_key(knob):
-    """The heterogeneous step model runs ZeRO 0-2 and llm/training.py reads these two only at ZeRO-3:
-    given, no layout it tries prices them, so it refuses them naming the key rather than read past."""
+# A value off each ZeRO-3-only comm key's default: DeepSpeed ZeRO-3's per-micro-batch switches and FSDP's
+# two overlap fractions (llm/training.py _fsdp_hidden, read by the ZeRO-3 layer collectives only).
+ZERO3_ONLY_COMM_GIVEN = {"zero3_outer_sync_every_micro_batch": True, "zero3_backward_waits_last_bucket": True,
+                         "fsdp_gather_overlap_fraction": 0.9, "fsdp_reduce_overlap_fraction": 0.5}
+
+
+def test_the_hetero_steps_zero3_only_comm_keys_are_those_params_gates_admit_at_zero3_alone():
+    """Derived from params.LAYOUT_GATED_COMM's gates, not listed: FSDP's gather / reduce-scatter overlap
+    fractions beside DeepSpeed ZeRO-3's two switches; ZeRO-1 / 2's zero_grad_reduce and ZeRO-2's
+    zero2_reduce_every_micro_batch stay read."""
+    from simulator.planner.hetero import ZERO3_ONLY_COMM
+
+    assert set(ZERO3_ONLY_COMM) == set(ZERO3_ONLY_COMM_GIVEN)
+
+
+@pytest.mark.parametrize("knob", sorted(ZERO3_ONLY_COMM_GIVEN))
+def test_zero3_only_comm_keys_are_refused_by_the_hetero_step_naming_their_key(knob):
+    """The heterogeneous step model runs ZeRO 0-2 and llm/training.py reads these only at ZeRO-3 (the
+    switches in _dp_and_optimizer, the fractions in the per-layer FSDP collectives): given, no layout it
+    tries prices them, so it refuses them naming the key rather than read past."""
     from simulator.params import CommParams, MemoryParams, TrainParams
 
-    params = TrainParams(comm=CommParams(**{knob: True}), memory=MemoryParams(zero_reduce_bucket_params=5e8))
+    params = TrainParams(comm=CommParams(**{knob: ZERO3_ONLY_COMM_GIVEN[knob]}),
+                         memory=MemoryParams(zero_reduce_bucket_params=5e8))
     topo = load_topology({"preset": "dgx-h100", "nodes": 1})
     with pytest.raises(RlsimError) as info:
         HeteroStepModel(load_model("qwen2.5-7b"), topo, 2048, 1, train_params=params)
     assert info.value.field == f"workload.train_params.comm.{knob}"
     assert "ZeRO 0-2" in info.value.message and "--balance" in info.value.fix
+    assert f"remove workload.train_params.comm.{knob}" in info.value.fix
 
 
 # A value off each ZeRO-3-only memory key's default that MemoryParams admits on its own (the sub-group
@@ -571,10 +589,12 @@ def test_zero3_only_memory_keys_are_refused_by_the_hetero_step_naming_their_key(
 def test_zero3_only_memory_keys_at_their_defaults_and_zero_1_3_keys_are_taken_by_the_hetero_step():
     """The refusal is of values given: the defaults (which every stack keeps) and the ZeRO 1-3 keys, which
     the balanced rows' ZeRO 1 / 2 read, build a step model."""
-    from simulator.params import MemoryParams, TrainParams
+    from simulator.params import CommParams, MemoryParams, TrainParams
 
     defaults = {knob: MemoryParams.model_fields[knob].default for knob in ZERO3_ONLY_MEMORY_GIVEN}
     memory = MemoryParams(**defaults, zero_reduce_bucket_params=5e8, zero_reduce_buckets=2, zero_reduce_buckets_kept=1,
                           zero_step_grad_copy_bytes_per_param=6.0, zero2_accumulated_grad_partitions=1)
+    comm = CommParams(**{knob: CommParams.model_fields[knob].default for knob in ZERO3_ONLY_COMM_GIVEN},
+                      zero_grad_reduce="all-reduce", zero2_reduce_every_micro_batch=True)
     topo = load_topology({"preset": "dgx-h100", "nodes": 1})
-    HeteroStepModel(load_model("qwen2.5-7b"), topo, 2048, 1, train_params=TrainParams(memory=memory))
+    HeteroStepModel(load_model("qwen2.5-7b"), topo, 2048, 1, train_params=TrainParams(memory=memory, comm=comm))
