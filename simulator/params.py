@@ -495,6 +495,21 @@ class MemoryParams(StrictModel):
     # boundary's reduction, cpu_offload or not). With offload.optimizer only (ZeRO-Offload), never beside
     # zero2_accumulated_grad_partitions (accumulated on the host) or offload.grads (nothing left to move).
     grad_partition_on_host: bool = False
+    # Buffers of the device's largest trained parameter tensor, in the weights' dtype, that ZeRO-Offload
+    # keeps on the device from its init to the end (DeepSpeed 0.19.6 runtime/zero/stage_1_and_2.py, under
+    # cpu_offload, ZeRO-1 and 2 alike: temp_grad_buffer_for_gpu_offload = torch.zeros(largest_param_numel,
+    # device=current_device, dtype=self.dtype), largest_param_numel the largest parameter of the optimizer's
+    # groups; async_accumulate_grad_in_cpu_via_gpu stages each accumulated gradient through it; neither
+    # offload_states nor anything else frees it, and OpenRLHF's --ds.enable_sleep offloads nothing under
+    # --ds.adam_offload): 1, frameworks/deepspeed_zero.py (Qwen2.5-7B's embedding: 152064 x 3584 x 2 B =
+    # 1.09 GB). Its pinned host twin (temp_grad_buffer_for_cpu_offload) is not device memory. ZeRO-3 has
+    # none (stage3.py allocates its offloaded gradient buffers on the host). The tensor is rlsim's: the
+    # embedding or head (per device after TP) where the stage holds one, else its layers' largest GEMM
+    # weight, QKV and gate + up each one fused tensor (Hugging Face keeps them apart: an upper bound there);
+    # LoRA's largest adapter. Held through the backward, the optimizer step and between steps, whatever
+    # the colocated switch (MemoryBreakdown.offload_staging_bytes). train_layout.zero 1-2 with
+    # offload.optimizer only. 0: none.
+    zero_offload_device_grad_buffers: int = Field(0, ge=0)
     # Bytes a parameter of the device's gradient partition that DeepSpeed's optimizer step copies beside it
     # once the backward's activations and buckets are freed (deepspeed 0.19.6, not under cpu_offload /
     # offload_optimizer). ZeRO-1 / 2 (runtime/zero/stage_1_and_2.py step()): flat_grad_partition = self
@@ -928,6 +943,17 @@ class TrainParams(StrictModel):
             raise ValueError("memory.grad_partition_on_host keeps the gradient partition on the host already: "
                              "offload.grads has nothing to move; remove offload.grads, or "
                              "memory.grad_partition_on_host")
+        return self
+
+    @model_validator(mode="after")
+    def _device_grad_buffer_is_zero_offloads(self) -> "TrainParams":
+        """memory.zero_offload_device_grad_buffers is ZeRO-Offload's (cpu_offload: the optimizer steps on the
+        host): without offload.optimizer no run allocates it."""
+        if self.memory.zero_offload_device_grad_buffers and not self.offload.optimizer:
+            raise ValueError("memory.zero_offload_device_grad_buffers is DeepSpeed's ZeRO-Offload buffer "
+                             "(stage_1_and_2.py temp_grad_buffer_for_gpu_offload, allocated under cpu_offload only): "
+                             "set offload.optimizer: true (scope: optimizer_step), or remove "
+                             "memory.zero_offload_device_grad_buffers")
         return self
 
     @model_validator(mode="after")
@@ -1686,6 +1712,10 @@ LAYOUT_GATED_MEMORY["grad_partition_on_host"] = LayoutGate(
     lambda lay: lay.zero >= 2, "ZeRO-2 or 3 (train_layout.zero: 2 or 3)",
     "where ZeRO-Offload's gradient partition lives (ZeRO-1 holds the whole gradients on the device)",
     "set workload.train_layout.zero: 2 or 3")
+LAYOUT_GATED_MEMORY["zero_offload_device_grad_buffers"] = LayoutGate(
+    lambda lay: lay.zero in (1, 2), "ZeRO-1 or 2 (train_layout.zero: 1 or 2)",
+    "ZeRO-Offload's device buffer of the largest parameter's gradient (stage_1_and_2.py; ZeRO-3 has none)",
+    "set workload.train_layout.zero: 1 or 2")
 LAYOUT_GATED_MEMORY["zero_step_grad_copy_bytes_per_param"] = LayoutGate(
     lambda lay: lay.zero >= 1, "ZeRO-1, 2 or 3 (train_layout.zero: 1-3)",
     "the copies of the gradient partition DeepSpeed's ZeRO optimizer step makes",

@@ -60,6 +60,11 @@ DEEPSPEED_ZERO3_KEPT_REDUCE_BUCKETS = 1
 # (2 + 4 with bf16 gradients; with fp32 ones the flat copy alone: .to returns it), held as the master's
 # .grad through its step, released before the next: MemoryParams.zero_step_grad_copy_bytes_per_param.
 DEEPSPEED_ZERO3_STEP_FP32_CAST_BYTES_PER_PARAM = 4.0
+# ZeRO-Offload's device buffer of the largest parameter (stage_1_and_2.py __init__ under cpu_offload, ZeRO-1
+# and 2: temp_grad_buffer_for_gpu_offload = torch.zeros(largest_param_numel, device=current_device_name(),
+# dtype=self.dtype), through which async_accumulate_grad_in_cpu_via_gpu stages the gradients it accumulates on
+# the host; kept to the end): one, MemoryParams.zero_offload_device_grad_buffers. ZeRO-3 allocates none.
+DEEPSPEED_OFFLOAD_DEVICE_GRAD_BUFFERS = 1
 # zero_optimization.sub_group_size's default (runtime/zero/config.py DeepSpeedZeroConfig: sub_group_size =
 # pp_int(1e9); OpenRLHF's "auto" dropped), the elements the step copies at once: MemoryParams
 # .zero_step_sub_group_params.
@@ -84,11 +89,15 @@ def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool
     bf16 weights): ZeRO-1's BF16_Optimizer (its fp32 buffer kept between steps), ZeRO-3's fp32 partition; the caller refuses it at 0 and 2
     (MemoryParams / CommParams say where in the source). With the optimizer on the host (ZeRO-Offload) the
     gradient partition is there too from ZeRO-2 on (memory.grad_partition_on_host), unless `params_on_host`
-    (DeepSpeed's offload_param: rlsim's offload.fsdp_cpu_offload holds the whole sharded state on the host)."""
+    (DeepSpeed's offload_param: rlsim's offload.fsdp_cpu_offload holds the whole sharded state on the host);
+    at ZeRO 1-2 with it, the device buffer of the largest parameter it stages the gradients through
+    (memory.zero_offload_device_grad_buffers)."""
     sections = _zero_stage_params(stage, overlap_comm=overlap_comm, optimizer_on_host=optimizer_on_host,
                                   fp32_grad_accum=fp32_grad_accum)
     if stage >= 2 and optimizer_on_host and not params_on_host:
         sections["memory"]["grad_partition_on_host"] = True
+    if stage in (1, 2) and optimizer_on_host:
+        sections["memory"]["zero_offload_device_grad_buffers"] = DEEPSPEED_OFFLOAD_DEVICE_GRAD_BUFFERS
     return sections
 
 

@@ -188,7 +188,9 @@ RULES: dict[str, Rule] = {
     "ds.adam_offload": mapped("workload.train_params.offload.optimizer", "ZeRO-Offload: the optimizer state and "
                                                                         "step on the host, and from ZeRO-2 on the "
                                                                         "gradient partition (memory."
-                                                                        "grad_partition_on_host)"),
+                                                                        "grad_partition_on_host); at ZeRO-1 / 2 a "
+                                                                        "GPU buffer of the largest parameter (memory."
+                                                                        "zero_offload_device_grad_buffers)"),
     "ds.enable_sleep": mapped("schedule.switch.offload_optimizer", "colocated: DeepSpeed's states to the host around "
                                                                   "each update"),
     "ds.lora.rank": mapped("workload.lora.rank", "> 0: LoRA"),

@@ -47,12 +47,16 @@ class MemoryBreakdown:
     # backward's (the max of the two phases, not their sum). 0 elsewhere.
     step_copies_bytes: float = 0.0
     step_gradients_bytes: float = 0.0
+    # DeepSpeed ZeRO-Offload's device buffer of the largest trained parameter (MemoryParams
+    # .zero_offload_device_grad_buffers: zero_offload_staging_bytes), allocated at init and never freed:
+    # in the backward's and the step's peaks and resident between steps whatever the switch. 0 elsewhere.
+    offload_staging_bytes: float = 0.0
 
     @property
     def backward_bytes(self) -> float:
         """The update's forward-backward peak: the states, activations, logits and backward buffers."""
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.logits_bytes + self.gathered_bytes + self.zero_buffers_bytes)
+                + self.logits_bytes + self.gathered_bytes + self.zero_buffers_bytes + self.offload_staging_bytes)
 
     @property
     def step_bytes(self) -> float:
@@ -60,7 +64,7 @@ class MemoryBreakdown:
         if not self.step_copies_bytes:
             return 0.0
         return (self.weights_bytes + self.step_gradients_bytes + self.optimizer_bytes + self.step_copies_bytes
-                + self.kept_buffers_bytes)
+                + self.kept_buffers_bytes + self.offload_staging_bytes)
 
     @property
     def total_bytes(self) -> float:
@@ -77,6 +81,7 @@ class MemoryBreakdown:
                 "logits_bytes": self.logits_bytes, "gathered_bytes": self.gathered_bytes,
                 "zero_buffers_bytes": self.zero_buffers_bytes, "total_bytes": self.total_bytes,
                 "capacity_bytes": self.capacity_bytes,
+                **({"offload_staging_bytes": self.offload_staging_bytes} if self.offload_staging_bytes else {}),
                 **({"step_copies_bytes": self.step_copies_bytes, "step_bytes": self.step_bytes}
                    if self.step_copies_bytes else {})}
 
@@ -88,6 +93,8 @@ class MemoryBreakdown:
                 + (f" + ZeRO-3 gathered {self.gathered_bytes / gb:.1f} GB" if self.gathered_bytes else "")
                 + (f" + DeepSpeed ZeRO backward buffers {self.zero_buffers_bytes / gb:.1f} GB" if self.zero_buffers_bytes
                    else "")
+                + (f" + ZeRO-Offload's device gradient buffer {self.offload_staging_bytes / gb:.1f} GB"
+                   if self.offload_staging_bytes else "")
                 + (f" (the optimizer step: {self.step_bytes / gb:.1f} GB with DeepSpeed's gradient partition copies "
                    f"{self.step_copies_bytes / gb:.1f} GB)" if self.step_copies_bytes else "")
                 + f" = {self.total_bytes / gb:.1f} GB on pipeline stage "
@@ -198,17 +205,21 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     logits_bpe = params.logits_bytes_per_elem + params.entropy_logits_bytes_per_elem
     kept_buckets = zero_kept_bucket_bytes(zero, params)
     best: tuple[float, ...] | None = None   # (total, stage, weights, grads, optim, acts, logits, gathered, buffers,
-    #                                            step copies, step gradients)
+    #                                            step copies, step gradients, staging)
     for s in range(pp):
-        dense, expert, largest_layer, per_chunks, rebuilt, trained_dense, trained_expert = sums[s]
+        dense, expert, largest_layer, per_chunks, rebuilt, trained_dense, trained_expert, largest_tensor = sums[s]
         outer = 0.0   # the embedding / output head this stage holds (FSDP's root unit)
+        outer_tensors = [0.0]
         if s == 0:
-            outer += emb / tp
+            outer_tensors.append(emb / tp)
         if s == pp - 1 and (pp > 1 or not model.tied_head):
-            outer += head / tp
+            outer_tensors.append(head / tp)
+        outer = sum(outer_tensors)
         dense += outer
         if not adapters:   # LoRA freezes the embedding and head
             trained_dense += outer
+            largest_tensor = max(largest_tensor, *outer_tensors)
+        staging = zero_offload_staging_bytes(zero, largest_tensor, params)
         # ZeRO shards dense states over dp x cp, expert states over the expert-DP group
         # (tp x cp x dp / (etp x ep) ranks: MoE parallel folding), or over a zero_shard_size part of each.
         # Gradients and optimizer states are the trained parameters' (LoRA: its adapters only).
@@ -228,16 +239,16 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         buffers = zero_backward_buffers_bytes(zero, grad_bpp * trained_shard, micro_batches or 1, params)
         copies, step_grads = zero_step_copies(zero, grad_bpp * trained_shard, params)
         # MemoryBreakdown.total_bytes's sum, in its order: the stage with the largest (the first of equals)
-        total = weights + grads + optim + acts + logits + gathered + buffers
+        total = weights + grads + optim + acts + logits + gathered + buffers + staging
         if copies:
-            total = max(total, weights + step_grads + optim + copies + kept_buckets)
+            total = max(total, weights + step_grads + optim + copies + kept_buckets + staging)
         if best is None or total > best[0]:
-            best = (total, s, weights, grads, optim, acts, logits, gathered, buffers, copies, step_grads)
+            best = (total, s, weights, grads, optim, acts, logits, gathered, buffers, copies, step_grads, staging)
     assert best is not None
-    _, stage, weights, grads, optim, acts, logits, gathered, buffers, copies, step_grads = best
+    _, stage, weights, grads, optim, acts, logits, gathered, buffers, copies, step_grads, staging = best
     return MemoryBreakdown(int(stage), weights, grads, optim, acts, logits,
                            capacity_hbm_bytes * params.hbm_usable_fraction, gathered, buffers,
-                           kept_buckets, copies, step_grads)
+                           kept_buckets, copies, step_grads, staging)
 
 
 def device_gradient_bytes(zero: int, grad_bpp: float, trained: float, trained_shard: float,
@@ -262,6 +273,22 @@ def zero_step_copies(zero: int, grad_partition_bytes: float, params: MemoryParam
     if zero >= 3 and params.zero_step_sub_group_params:
         copied = min(copied, params.zero_step_sub_group_params)
     return copied * params.zero_step_grad_copy_bytes_per_param, grad_partition_bytes
+
+
+def zero_offload_staging_bytes(zero: int, largest_trained_tensor: float, params: MemoryParams) -> float:
+    """DeepSpeed ZeRO-Offload's device buffers of the largest trained parameter on one device
+    (MemoryParams.zero_offload_device_grad_buffers x `largest_trained_tensor` elements, per device after
+    TP / EP, in the weights' dtype: stage_1_and_2.py temp_grad_buffer_for_gpu_offload). 0 outside ZeRO 1-2."""
+    if zero not in (1, 2):
+        return 0.0
+    return params.zero_offload_device_grad_buffers * largest_trained_tensor * params.weight_bytes_per_param
+
+
+def largest_trained_tensor(layer: LayerShape, tp: int, etp: int) -> float:
+    """Elements of `layer`'s largest trained weight tensor on one device: each trainable GEMM's weights
+    (an expert's over expert TP, a replicated LoRA half whole, the rest over TP); 0 when it trains none."""
+    sizes = [g.params / (1 if g.split == "none" else etp if g.expert else tp) for g in layer.gemms if g.trainable]
+    return max(sizes, default=0.0)
 
 
 def zero_kept_bucket_bytes(zero: int, params: MemoryParams) -> float:
@@ -292,18 +319,18 @@ def zero_backward_buffers_bytes(zero: int, grad_partition_bytes: float, micro_ba
 @lru_cache(maxsize=4096)
 def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, tp: int, ep: int, etp: int, sp: bool,
                 recompute: str, flash: bool, context_len: float, params: MemoryParams
-                ) -> tuple[tuple[float, float, float, tuple[float, ...], float, float, float], ...]:
+                ) -> tuple[tuple[float, float, float, tuple[float, ...], float, float, float, float], ...]:
     """Per pipeline stage: (dense params, expert params, largest layer's params, activation bytes per
     token of each chunk, rebuilt activations, the trained dense and expert params: LoRA's adapters;
-    all of them otherwise) -- the per-layer sums of _memory_per_device, in the same order (the same
+    all of them otherwise; the largest trained tensor of its layers, largest_trained_tensor) -- the per-layer sums of _memory_per_device, in the same order (the same
     floats), independent of dp, ZeRO, the micro-batch and the token count, which the candidates of a
     search vary."""
     shapes = layer_shapes(model)
     gated = bool(getattr(model, "gated_ffn", True))
-    per_shape: dict[int, tuple[float, float | None, float, float, float]] = {}
+    per_shape: dict[int, tuple[float, float | None, float, float, float, float]] = {}
     out = []
     for s in range(pp):
-        dense = expert = largest_layer = trained_dense = trained_expert = 0.0
+        dense = expert = largest_layer = trained_dense = trained_expert = largest_tensor = 0.0
         per_chunks = []
         for c in range(vpp):
             per_chunk = 0.0
@@ -315,7 +342,8 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
                                                  activation_bytes_per_token(
                         lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=sp,
                         recompute=recompute, flash=flash, context_len=context_len, params=params),
-                        lay.trainable_dense_params, lay.trainable_expert_params if lay.moe else 0.0)
+                        lay.trainable_dense_params, lay.trainable_expert_params if lay.moe else 0.0,
+                        largest_trained_tensor(lay, tp, etp))
                 layer_dense = info[0] / tp
                 layer_expert = info[1] / (ep * etp) if info[1] is not None else 0.0
                 dense += layer_dense
@@ -323,6 +351,7 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
                 trained_dense += info[3] / tp
                 trained_expert += info[4] / (ep * etp)
                 largest_layer = max(largest_layer, layer_dense + layer_expert)
+                largest_tensor = max(largest_tensor, info[5])
                 per_chunk += info[2]
             per_chunks.append(per_chunk)
         rebuilt = 0.0
@@ -330,7 +359,8 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
             lay = shapes[chunks[s][0]] if chunks[s] else shapes[0]
             rebuilt = activation_bytes_per_token(lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=sp,
                                                  recompute="none", flash=flash, context_len=context_len, params=params)
-        out.append((dense, expert, largest_layer, tuple(per_chunks), rebuilt, trained_dense, trained_expert))
+        out.append((dense, expert, largest_layer, tuple(per_chunks), rebuilt, trained_dense, trained_expert,
+                    largest_tensor))
     return tuple(out)
 
 

@@ -343,8 +343,14 @@ class HeteroStepModel:
                      micro_batches: int = 1) -> Callable[[int, int, int], float]:
         """bytes(stage, first layer, layer count) on one device of that stage (stage_memory_bytes):
         prefix sums over the layers, so that _layers_held can try every count."""
-        from ..llm.layer_costs import layer_shapes
-        from ..llm.memory import activation_bytes_per_token, zero_backward_buffers_bytes, zero_step_copies
+        from ..llm.layer_costs import embedding_params, layer_shapes
+        from ..llm.memory import (
+            activation_bytes_per_token,
+            largest_trained_tensor,
+            zero_backward_buffers_bytes,
+            zero_offload_staging_bytes,
+            zero_step_copies,
+        )
 
         m, memory = self.model, self.train_params.memory
         weight_b, grad_b, optim_b = self.state_bytes
@@ -369,6 +375,19 @@ class HeteroStepModel:
             acts_upto.append(acts_upto[-1] + stored(lay, self.recompute))
         logits = tokens * float(m.head_outputs) / tp * (memory.logits_bytes_per_elem + memory.entropy_logits_bytes_per_elem)
 
+        tensors = [largest_trained_tensor(lay, tp, 1) for lay in shapes] \
+            if memory.zero_offload_device_grad_buffers else []
+        emb, head = embedding_params(m)
+
+        def staging(st: int, first: int, count: int) -> float:
+            """ZeRO-Offload's device buffer of the stage's largest trained tensor (llm/memory.py)."""
+            if not tensors:
+                return 0.0
+            outer = [emb / tp] if st == 0 else []
+            outer += [head / tp] if st == pp - 1 and (pp > 1 or not m.tied_head) else []
+            return zero_offload_staging_bytes(zero, max([*tensors[first:first + count], *outer], default=0.0),
+                                              memory)
+
         def stage_bytes(st: int, first: int, count: int) -> float:
             last = first + count
             params = params_of(st, first, count) / tp   # no EP in this model: experts split by TP alone
@@ -376,11 +395,12 @@ class HeteroStepModel:
             if self.recompute == "full" and count:
                 acts += stored(shapes[first], "none")
             buffers = zero_backward_buffers_bytes(zero, grad_b * params / dp, micro_batches, memory)
+            buffers += staging(st, first, count)
             backward = params * state_bytes_per_param + acts + (logits if st == pp - 1 else 0.0) + buffers
             copies, step_grads = zero_step_copies(zero, grad_b * params / dp, memory)
             if not copies:
                 return backward
-            return max(backward, params * (weight_b + optim_b / dp) + step_grads + copies)
+            return max(backward, params * (weight_b + optim_b / dp) + step_grads + copies + staging(st, first, count))
         return stage_bytes
 
     def _usable_hbm(self, by_stage: list[list[list[int]]], st: int) -> float:

@@ -227,11 +227,13 @@ def resident_training_bytes(model: Any, lay: TrainLayout, switch: Any, hbm_bytes
     weights unless `schedule.switch.offload_weights` (or the per-phase `train_params.offload.params`),
     the optimizer state unless `schedule.switch.offload_optimizer` (or its per-phase offload), the
     gradient buffer where the stack keeps it (kept_gradient_bytes) unless the switch moves or frees
-    it (offload_optimizer, free_gradients), and a second copy of the inference shard unless the switch is `bucketed`.
+    it (offload_optimizer, free_gradients), ZeRO-Offload's device gradient buffer (offload_staging_bytes: no
+    switch frees it), and a second copy of the inference shard unless the switch is `bucketed`.
     Bytes per parameter from the workload's `train_params.memory` (the stack's, with the user's overrides)."""
     mem = training_state_bytes(model, lay, hbm_bytes, params)
     offload = params.offload   # the per-phase offload leaves on the host what it moved there after training
     resident = 0.0 if (switch.offload_weights or offload.params) else mem.weights_bytes
+    resident += mem.offload_staging_bytes
     if not switch.offload_optimizer:   # the per-phase offload moves its share (offload.optimizer_fraction)
         resident += mem.optimizer_bytes * ((1.0 - offload.optimizer_fraction) if offload.optimizer else 1.0)
     if not (switch.offload_optimizer or switch.free_gradients):
@@ -397,9 +399,10 @@ def _held_beside(whose: str, trained: float, frozen: Mapping[str, float]) -> lis
 def _kept(memory: MemoryBreakdown, params: TrainParams) -> float:
     """Weights, optimizer state and kept gradient buffer (kept_gradient_bytes) a per-phase offload
     leaves on the device between its passes (``memory`` as device_resident gives it: Megatron's
-    host-resident optimizer share already out)."""
+    host-resident optimizer share already out), and ZeRO-Offload's device gradient buffer
+    (offload_staging_bytes: allocated at init, never freed)."""
     offload = params.offload
-    kept = 0.0 if offload.params else memory.weights_bytes
+    kept = (0.0 if offload.params else memory.weights_bytes) + memory.offload_staging_bytes
     moved = offload.optimizer and offload.scope == "update"
     return (kept + memory.optimizer_bytes * ((1.0 - offload.optimizer_fraction) if moved else 1.0)
             + kept_gradient_bytes(memory, params))

@@ -471,6 +471,28 @@ def test_zero_offload_keeps_no_accumulated_partition_and_zero3_reads_past_overla
     assert "ZeRO-3" in r.ignored["ds.overlap_comm"]
 
 
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_offload_keeps_a_device_buffer_of_the_largest_parameter_at_zero_1_2(stage):
+    """stage_1_and_2.py allocates temp_grad_buffer_for_gpu_offload (largest_param_numel, bf16, on the GPU)
+    under cpu_offload at ZeRO-1 and 2 alike and never frees it; stage3.py has none. The async example's
+    actor (Llama-3.1-8B, tp 1): its embedding, 128256 x 4096 x 2 B = 1.05 GB, resident between steps too."""
+    from simulator.hardware.topology import load_topology
+    from simulator.rl.llm_costs import LlmCosts, kept_state_bytes
+
+    memory, _, r = _zero_params(f"ds.zero_stage={stage}", "+ds.adam_offload=true")
+    assert memory.get("zero_offload_device_grad_buffers") == (1 if stage < 3 else None)
+    assert "zero_offload_device_grad_buffers" not in _zero_params(f"ds.zero_stage={stage}")[0]
+    sc = load_scenario(r.scenario)
+    costs = LlmCosts(sc, load_topology(sc.topology))
+    lay = costs.layout(8)
+    state = costs._resident_memory(costs.pool(list(range(8))))
+    assert state.offload_staging_bytes == (128256 * 4096 * 2.0 if stage < 3 else 0.0)
+    bare = sc.workload.train_params.model_copy(update={"memory": sc.workload.train_params.memory.model_copy(
+        update={"zero_offload_device_grad_buffers": 0})})
+    kept = kept_state_bytes(costs.model, lay, 80 * 2**30, sc.workload.train_params)
+    assert kept - kept_state_bytes(costs.model, lay, 80 * 2**30, bare) == pytest.approx(state.offload_staging_bytes)
+
+
 def test_zero3_under_zero_offload_keeps_no_gradient_partition_on_the_gpu_between_steps():
     """stage3.py allocates grad_partitions_flat_buffer on self.device, the host under offload_optimizer."""
     memory, _, r = _zero_params("+ds.adam_offload=true")
