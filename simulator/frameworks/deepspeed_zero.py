@@ -33,6 +33,17 @@ DEEPSPEED_BF16_OPTIMIZER_GRAD_BYTES_PER_PARAM = 4.0 + 2.0
 # (engine.py _take_model_step -> BF16_Optimizer.zero_grad(set_to_none=True): clear_lp_grads sets
 # param.grad = None): MemoryParams.kept_grad_bytes_per_param.
 DEEPSPEED_BF16_OPTIMIZER_KEPT_GRAD_BYTES_PER_PARAM = 4.0
+# Where fp32 accumulation runs DeepSpeedZeroOptimizer at ZeRO-1 (under ZeRO-Offload, or beside fp16 weights:
+# engine.py _do_optimizer_sanity_check picks BF16_Optimizer for bf16 without cpu offload only), its
+# use_grad_accum_attribute (stage_1_and_2.py: a separate accumulation dtype and not partition_gradients) casts
+# each param.grad to param.grad_accum in gradient_accumulation_dtype in the gradient hook and frees the 16-bit
+# one (_fill_param_grad_accum_attribute), whole at ZeRO-1, reduced in the 16-bit dtype
+# (get_gradient_for_reduction: grad_accum.to(self.dtype)) and freed after the step (free_grad_in_param_list);
+# the device step's flat copy of the partition is fp32 already (get_flat_partition of the fp32 grad_accum),
+# which .to(fp32) returns: 4, no cast. ZeRO-2 takes no grad_accum attribute (not partition_gradients only): its
+# partition's gradients are copied into the 16-bit grads_in_partition and accumulated there
+# (get_all_grad_tensors keeps them as they are), so fp32 accumulation there holds and reduces what 16-bit does.
+# ZeRO-3's partition is fp32 (grad_partitions_flat_buffer: dtype=gradient_accumulation_dtype).
 DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM = 4.0
 # ZeRO-1 / 2's copy of a bucket while it is all-reduced: with reduce_scatter (DeepSpeed's default, which
 # neither OpenRLHF nor accelerate changes) average_tensor cuts the IPG bucket into its slices by owning rank,
@@ -74,8 +85,8 @@ DEEPSPEED_SUB_GROUP_SIZE = 1_000_000_000
 DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
 
 
-def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool,
-                      fp32_grad_accum: bool = False, params_on_host: bool = False) -> dict[str, dict[str, Any]]:
+def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool, fp32_grad_accum: bool = False,
+                      params_on_host: bool = False, bf16_weights: bool = True) -> dict[str, dict[str, Any]]:
     """workload.train_params {"memory": ..., "comm": ...} of DeepSpeed ZeRO `stage` 0-3 in bf16 / fp16: the
     gradients in the model's dtype, reduced in it; at 1 and 2 the contiguous reduction buckets (2 with
     overlap_comm: setup_buckets), each all-reduced (average_tensor with use_multi_rank_bucket_allreduce)
@@ -85,15 +96,17 @@ def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool
     (ZeRO-Offload copies each micro-batch's partition to the host instead), the accumulated partition
     beside the one the next backward fills; at 3 (zero3_train_params) the kept gradient partition, the
     bucket and its copy, the live-parameter window, unless the optimizer steps on the host the step's copies
-    of each optimizer sub-group's gradients. `fp32_grad_accum` (data_types.grad_accum_dtype fp32,
-    bf16 weights): ZeRO-1's BF16_Optimizer (its fp32 buffer kept between steps), ZeRO-3's fp32 partition; the caller refuses it at 0 and 2
-    (MemoryParams / CommParams say where in the source). With the optimizer on the host (ZeRO-Offload) the
+    of each optimizer sub-group's gradients. `fp32_grad_accum` (data_types.grad_accum_dtype fp32 beside
+    16-bit weights, `bf16_weights` or fp16): ZeRO-1's BF16_Optimizer with bf16 weights on the device (its fp32
+    buffer kept between steps), else DeepSpeedZeroOptimizer's fp32 grad_accum a parameter; at ZeRO-2 nothing
+    changes (its accumulation stays 16-bit); ZeRO-3's fp32 partition; the caller refuses it at 0
+    (MemoryParams / CommParams and DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM say where in the source). With the optimizer on the host (ZeRO-Offload) the
     gradient partition is there too from ZeRO-2 on (memory.grad_partition_on_host), unless `params_on_host`
     (DeepSpeed's offload_param: rlsim's offload.fsdp_cpu_offload holds the whole sharded state on the host);
     at ZeRO 1-2 with it, the device buffer of the largest parameter it stages the gradients through
     (memory.zero_offload_device_grad_buffers)."""
     sections = _zero_stage_params(stage, overlap_comm=overlap_comm, optimizer_on_host=optimizer_on_host,
-                                  fp32_grad_accum=fp32_grad_accum)
+                                  fp32_grad_accum=fp32_grad_accum, bf16_weights=bf16_weights)
     if stage >= 2 and optimizer_on_host and not params_on_host:
         sections["memory"]["grad_partition_on_host"] = True
     if stage in (1, 2) and optimizer_on_host:
@@ -102,13 +115,14 @@ def zero_train_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool
 
 
 def _zero_stage_params(stage: int, *, overlap_comm: bool, optimizer_on_host: bool,
-                       fp32_grad_accum: bool) -> dict[str, dict[str, Any]]:
+                       fp32_grad_accum: bool, bf16_weights: bool) -> dict[str, dict[str, Any]]:
     """zero_train_params' keys of `stage` but ZeRO-Offload's gradient partition."""
     if stage == 3:
         return zero3_train_params(fp32_grad_accum=fp32_grad_accum, optimizer_on_host=optimizer_on_host)
     memory: dict[str, Any] = {"grad_bytes_per_param": DEEPSPEED_GRAD_BYTES_PER_PARAM}
     comm: dict[str, Any] = {"grad_reduce_bytes_per_param": DEEPSPEED_GRAD_BYTES_PER_PARAM}
-    if stage == 1 and fp32_grad_accum:   # BF16_Optimizer: no IPG buckets, one all-reduce a step
+    grad_accum = stage == 1 and fp32_grad_accum and (optimizer_on_host or not bf16_weights)
+    if stage == 1 and fp32_grad_accum and not grad_accum:   # BF16_Optimizer: no IPG buckets, one all-reduce a step
         memory.update(grad_bytes_per_param=DEEPSPEED_BF16_OPTIMIZER_GRAD_BYTES_PER_PARAM, grad_buffer_persists=True,
                       kept_grad_bytes_per_param=DEEPSPEED_BF16_OPTIMIZER_KEPT_GRAD_BYTES_PER_PARAM)
         comm["zero_grad_reduce"] = "all-reduce"
@@ -119,6 +133,10 @@ def _zero_stage_params(stage: int, *, overlap_comm: bool, optimizer_on_host: boo
         comm["zero_grad_reduce"] = "all-reduce"
         if not optimizer_on_host:   # ZeRO-Offload's step reads the fp32 partition on the host
             memory["zero_step_grad_copy_bytes_per_param"] = DEEPSPEED_STEP_GRAD_COPY_BYTES_PER_PARAM
+    if grad_accum:   # DeepSpeedZeroOptimizer's fp32 param.grad_accum, its step's flat copy fp32 already
+        memory["grad_bytes_per_param"] = DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM
+        if not optimizer_on_host:
+            memory["zero_step_grad_copy_bytes_per_param"] = DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM
     if stage == 2:
         comm["zero2_reduce_every_micro_batch"] = True
         if not optimizer_on_host:

@@ -204,9 +204,10 @@ RULES: dict[str, Rule] = {
                                                             "SwiGLU), false hf-transformers"),
     "ds.deepcompile": unsupported("DeepSpeed's compiler passes are not modelled", neutral=False),
     "ds.zpg": unsupported("ZeRO++ hierarchical partitioning is not modelled", neutral=1),
-    "ds.grad_accum_dtype": mapped("workload.train_params.memory.grad_bytes_per_param", "fp32 beside bf16 weights: "
-                                  "ZeRO-1's BF16_Optimizer (a whole fp32 gradient buffer beside the bf16 "
-                                  "gradients), ZeRO-3's fp32 gradient partition"),
+    "ds.grad_accum_dtype": mapped("workload.train_params.memory.grad_bytes_per_param", "fp32 beside 16-bit "
+                                  "weights: ZeRO-1's BF16_Optimizer (bf16, a whole fp32 gradient buffer beside the "
+                                  "bf16 gradients) or, under ds.adam_offload or beside fp16, an fp32 grad_accum a "
+                                  "parameter; ZeRO-2 as without it; ZeRO-3's fp32 gradient partition"),
     "ds.overlap_comm": mapped("workload.train_params.memory.zero_reduce_buckets", "ZeRO-1 / 2: 3 (2 without), "
                               "DeepSpeed's second reduction bucket beside the first and the all-reduce's copy; the "
                               "reduction's hidden share stays comm.dp_overlap_fraction"),
@@ -375,7 +376,8 @@ def _deepspeed_zero(v: Values, w: dict[str, Any], decided: dict[str, tuple[Statu
     stage = w["train_layout"]["zero"]
     merge_train_params(w, zero_train_params(stage, overlap_comm=v.flag("ds.overlap_comm"),
                                             optimizer_on_host=v.flag("ds.adam_offload"),
-                                            fp32_grad_accum=_grad_accum_fp32(v, stage, decided)))
+                                            fp32_grad_accum=_grad_accum_fp32(v, stage, decided),
+                                            bf16_weights=_dtype(v) == "bf16"))
     if stage == 3 and v.given("ds.overlap_comm"):
         decided["ds.overlap_comm"] = ("ignored", "ZeRO-3 keeps one reduction bucket either way (stage3.py "
                                                  "ipg_buckets); its reduction's hidden share stays comm."
@@ -389,11 +391,12 @@ _DEEPSPEED_DTYPES = {"fp16": ("fp16", "float16", "half", "torch.float16"),
 
 
 def _grad_accum_fp32(v: Values, stage: int, decided: dict[str, tuple[Status, str]]) -> bool:
-    """Whether ds.grad_accum_dtype makes DeepSpeed keep fp32 gradients that rlsim models: fp32 beside bf16
-    weights at ZeRO-1 (BF16_Optimizer, not under ZeRO-Offload: engine.py _do_optimizer_sanity_check) or
-    ZeRO-3. The model's own dtype is DeepSpeed's default; ZeRO-0 refuses any other (engine.py: "unsupported
-    mix of model_dtype and grad_accum_dtype"); the rest (ZeRO-2's separate fp32 accumulation, fp16) is not
-    modelled."""
+    """Whether ds.grad_accum_dtype is fp32 beside 16-bit weights, which DeepSpeed accumulates as
+    zero_train_params says: ZeRO-1's BF16_Optimizer (bf16 weights, not under ZeRO-Offload: engine.py
+    _do_optimizer_sanity_check) or fp32 grad_accum, ZeRO-3's fp32 partition; ZeRO-2 holds and reduces what
+    16-bit does (read, listed ignored with the reason). The model's own dtype is DeepSpeed's default; ZeRO-0
+    refuses any other (engine.py: "unsupported mix of model_dtype and grad_accum_dtype"); a 16-bit
+    accumulation of the other 16-bit dtype is not modelled."""
     value = v("ds.grad_accum_dtype")
     if value is None:
         return False
@@ -410,6 +413,11 @@ def _grad_accum_fp32(v: Values, stage: int, decided: dict[str, tuple[Status, str
                          "(engine.py _do_optimizer_sanity_check: unsupported mix)", source=v.result.source,
                          field="ds.grad_accum_dtype", fix="drop --ds.grad_accum_dtype, or use --ds.zero_stage 1-3")
     bf16_optimizer = dtype == "fp32" and model == "bf16" and stage == 1 and not v.flag("ds.adam_offload")
+    if dtype == "fp32" and stage == 2:
+        decided["ds.grad_accum_dtype"] = ("ignored", "deepspeed 0.19.6's ZeRO-2 takes no fp32 grad_accum (stage_1_and_2"
+                                          ".py use_grad_accum_attribute: ZeRO-1 only): its partition's gradients are "
+                                          f"accumulated in the {model} grads_in_partition and reduced in {model}, as "
+                                          "without it")
     if bf16_optimizer and v.flag("ds.enable_sleep"):
         raise RlsimError("ds.enable_sleep offloads DeepSpeed's states with model.optimizer.offload_states "
                          "(utils/deepspeed/deepspeed_utils.py offload_deepspeed_states, from the actor's init), which "
@@ -417,7 +425,7 @@ def _grad_accum_fp32(v: Values, stage: int, decided: dict[str, tuple[Status, str
                          "(deepspeed 0.19.6: only stage_1_and_2.py and stage3.py define it): OpenRLHF fails",
                          source=v.result.source, field="ds.enable_sleep",
                          fix="drop --ds.enable_sleep or --ds.grad_accum_dtype fp32, or use --ds.zero_stage 3")
-    modelled = dtype == "fp32" and model == "bf16" and (stage == 3 or bf16_optimizer)
+    modelled = dtype == "fp32"
     if not modelled:
         decided["ds.grad_accum_dtype"] = ("unsupported", f"{dtype} gradient accumulation beside {model} weights at "
                                           f"ZeRO-{stage}{' with ZeRO-Offload' if v.flag('ds.adam_offload') else ''} "

@@ -517,14 +517,54 @@ def test_fp32_gradient_accumulation_as_deepspeed_runs_it_at_zero1_and_zero3(stag
     load_scenario(r.scenario)
 
 
+@pytest.mark.parametrize(("overrides", "step_copy"), [(["+ds.adam_offload=true"], None),
+                                                     (["ds.param_dtype=fp16"], 4.0)])
+def test_zero1_fp32_accumulation_without_bf16_optimizer_keeps_an_fp32_grad_accum_a_parameter(overrides, step_copy):
+    """ZeRO-1 under ZeRO-Offload, or with fp16 weights, runs DeepSpeedZeroOptimizer (engine.py
+    _do_optimizer_sanity_check: BF16_Optimizer only for bf16 without cpu offload), whose
+    use_grad_accum_attribute (stage_1_and_2.py: a separate accumulation dtype at ZeRO-1) casts each
+    param.grad to an fp32 param.grad_accum in the gradient hook and frees it (_fill_param_grad_accum_attribute):
+    4 B a parameter, whole (ZeRO-1), reduced in the 16-bit communication dtype (get_gradient_for_reduction:
+    .to(self.dtype)), the buckets as ever; the device step's flat copy is already fp32 (4, no cast); freed
+    after the step (free_grad_in_param_list), not kept."""
+    memory, comm, r = _zero_params("ds.zero_stage=1", "+ds.grad_accum_dtype=fp32", *overrides)
+    assert memory["grad_bytes_per_param"] == 4.0 and comm["grad_reduce_bytes_per_param"] == 2.0
+    assert memory["zero_reduce_bucket_params"] == 5e8 and comm["zero_grad_reduce"] == "all-reduce"
+    assert memory.get("zero_step_grad_copy_bytes_per_param") == step_copy
+    assert "grad_buffer_persists" not in memory and "kept_grad_bytes_per_param" not in memory
+    assert r.mapped["ds.grad_accum_dtype"].startswith("workload.train_params.memory.grad_bytes_per_param")
+    load_scenario(r.scenario)
+
+
+@pytest.mark.parametrize("offload", [[], ["+ds.adam_offload=true"]])
+def test_zero2_fp32_accumulation_holds_and_reduces_what_bf16_does(offload):
+    """deepspeed 0.19.6's ZeRO-2 takes the grad_accum attribute at ZeRO-1 only (stage_1_and_2.py
+    use_grad_accum_attribute: not partition_gradients): the partition's gradients are copied into the bf16
+    grads_in_partition and accumulated there (get_all_grad_tensors returns them as they are; only a missing
+    gradient's zeros take the fp32 dtype), reduced in bf16, flattened and cast at the step as without it;
+    under ZeRO-Offload the host's fp32 buffers either way. So the keys are bf16's, the value read (ignored,
+    with the reason), not left unsupported."""
+    bare, bare_comm, _ = _zero_params("ds.zero_stage=2", *offload)
+    memory, comm, r = _zero_params("ds.zero_stage=2", "+ds.grad_accum_dtype=fp32", *offload)
+    assert (memory, comm) == (bare, bare_comm) and memory["grad_bytes_per_param"] == 2.0
+    assert "ZeRO-2" in r.ignored["ds.grad_accum_dtype"] and "ds.grad_accum_dtype" not in r.unsupported
+
+
+def test_zero3_fp32_accumulation_beside_fp16_weights_keeps_an_fp32_partition():
+    """stage3.py allocates grad_partitions_flat_buffer in gradient_accumulation_dtype, whatever the 16-bit
+    weights: fp16 as bf16."""
+    memory, comm, _ = _zero_params("ds.param_dtype=fp16", "+ds.grad_accum_dtype=fp32")
+    assert memory["grad_bytes_per_param"] == 4.0 and comm["grad_reduce_bytes_per_param"] == 2.0
+
+
 def test_fp32_gradient_accumulation_elsewhere_is_refused_or_listed_unsupported():
-    """ZeRO-0 refuses the mix (engine.py _do_optimizer_sanity_check); ZeRO-2's separate fp32 accumulation
-    is not modelled (bf16 gradients priced); bf16 is the model's dtype, DeepSpeed's default."""
+    """ZeRO-0 refuses the mix (engine.py _do_optimizer_sanity_check); bf16 is the model's dtype, DeepSpeed's
+    default; a 16-bit accumulation of the other 16-bit dtype is not modelled."""
     with pytest.raises(RlsimError) as info:
         _zero_params("ds.zero_stage=0", "+ds.grad_accum_dtype=fp32")
     assert info.value.field == "ds.grad_accum_dtype" and "zero_stage 1-3" in info.value.fix
-    memory, _, r = _zero_params("ds.zero_stage=2", "+ds.grad_accum_dtype=fp32")
-    assert "ZeRO-2" in r.unsupported["ds.grad_accum_dtype"] and memory["grad_bytes_per_param"] == 2.0
+    memory, _, r = _zero_params("ds.zero_stage=2", "+ds.grad_accum_dtype=fp16")
+    assert "fp16" in r.unsupported["ds.grad_accum_dtype"] and memory["grad_bytes_per_param"] == 2.0
     _, _, r = _zero_params("+ds.grad_accum_dtype=bf16")
     assert "default" in r.ignored["ds.grad_accum_dtype"]
     with pytest.raises(RlsimError, match="not a DeepSpeed dtype"):
