@@ -465,6 +465,16 @@ class MemoryParams(StrictModel):
     # each layer's gradients: the ZeRO-3 working set).
     zero_reduce_bucket_params: float = Field(0.0, ge=0)
     zero_reduce_buckets: int = Field(1, ge=1)
+    # Bucket-sized copies ZeRO-1 / 2 make of a bucket to all-reduce it (allreduce_bucket: tensor =
+    # self.flatten(bucket), a torch.cat of the slices average_tensor cuts the bucket into by owning rank),
+    # counted beside zero_reduce_buckets only where the layout's ZeRO group spans more than one rank
+    # (train_layout dp x cp, or zero_shard_size): with one data-parallel rank every parameter's partition is
+    # 0, average_tensor merges the bucket into one slice, and flatten of a lone tensor is a view of it
+    # (torch aten/src/ATen/native/TensorShape.cpp flatten_dense_tensors: t.contiguous().view(-1) where
+    # tensors.size() == 1), so nothing is copied; the buckets themselves are allocated whatever the dp
+    # (setup_buckets). DeepSpeed 1 (frameworks/deepspeed_zero.py DEEPSPEED_ZERO12_ALLREDUCE_COPIES);
+    # weight_bytes_per_param an element, train_layout.zero 1-2, with zero_reduce_bucket_params. 0: none.
+    zero_allreduce_copies: int = Field(0, ge=0)
     # Of zero_reduce_buckets, those allocated once and kept between steps, resident beside the other
     # phases (MemoryBreakdown.kept_buffers_bytes) unless the gradients are offloaded (offload.grads /
     # params, the colocated switch's offload_optimizer / free_gradients): DeepSpeed's ZeRO-3 allocates its
@@ -592,6 +602,10 @@ class MemoryParams(StrictModel):
         if self.zero_reduce_bucket_params == 0 and self.zero_reduce_buckets != 1:
             raise ValueError("zero_reduce_buckets applies only with zero_reduce_bucket_params above 0 (DeepSpeed's "
                              "reduce_bucket_size): set both, or remove zero_reduce_buckets")
+        if self.zero_reduce_bucket_params == 0 and self.zero_allreduce_copies:
+            raise ValueError("zero_allreduce_copies counts copies of buckets of zero_reduce_bucket_params elements, "
+                             "which is 0: set zero_reduce_bucket_params (DeepSpeed's reduce_bucket_size, 5e8), or "
+                             "remove zero_allreduce_copies")
         if self.grad_partition_on_host and self.zero_step_grad_copy_bytes_per_param:
             raise ValueError("grad_partition_on_host keeps ZeRO-Offload's gradient partition on the host, where its "
                              "optimizer step reads it (stage_1_and_2.py step(), cpu_offload; stage3.py "
@@ -1708,6 +1722,10 @@ LAYOUT_GATED_MEMORY.update(dict.fromkeys(("zero_reduce_bucket_params", "zero_red
                                           "zero_reduce_buckets_kept"), LayoutGate(
     lambda lay: lay.zero >= 1, "ZeRO-1, 2 or 3 (train_layout.zero: 1-3)",
     "DeepSpeed's gradient reduction buckets", "set workload.train_layout.zero: 1, 2 or 3")))
+LAYOUT_GATED_MEMORY["zero_allreduce_copies"] = LayoutGate(
+    lambda lay: lay.zero in (1, 2), "ZeRO-1 or 2 (train_layout.zero: 1 or 2)",
+    "the flattened copy ZeRO-1 / 2's all-reduce makes of a bucket (ZeRO-3's reduce-scatter copy is "
+    "zero_reduce_buckets')", "set workload.train_layout.zero: 1 or 2")
 LAYOUT_GATED_MEMORY["grad_partition_on_host"] = LayoutGate(
     lambda lay: lay.zero >= 2, "ZeRO-2 or 3 (train_layout.zero: 2 or 3)",
     "where ZeRO-Offload's gradient partition lives (ZeRO-1 holds the whole gradients on the device)",

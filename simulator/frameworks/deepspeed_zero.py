@@ -51,8 +51,8 @@ DEEPSPEED_FP32_GRAD_BYTES_PER_PARAM = 4.0
 # which all-reduces `tensor = self.flatten(bucket)` (stage_1_and_2.py: torch's flatten_dense_tensors, a
 # torch.cat: a bucket-sized copy wherever the bucket spans more than one slice, which a bucket crossing a
 # partition's edge does) and copies it back into the slices; one at a time (the next reduction waits for
-# the reduction stream): 1 beside the contiguous buckets, overlap_comm or not (MemoryParams
-# .zero_reduce_buckets counts both kinds).
+# the reduction stream): 1 beside the contiguous buckets, overlap_comm or not, where the ZeRO group has
+# several ranks (MemoryParams.zero_allreduce_copies: with one, the bucket is one slice and flatten a view).
 DEEPSPEED_ZERO12_ALLREDUCE_COPIES = 1
 # ZeRO-1 / 2's optimizer step (stage_1_and_2.py step(), not under cpu_offload) flattens the device's gradient
 # partition in the model's dtype (flat_grad_partition = self.flatten(self.averaged_gradients[i]): 2) and
@@ -129,7 +129,8 @@ def _zero_stage_params(stage: int, *, overlap_comm: bool, optimizer_on_host: boo
         return {"memory": memory, "comm": comm}
     if stage >= 1:
         memory["zero_reduce_bucket_params"] = float(DEEPSPEED_REDUCE_BUCKET_SIZE)
-        memory["zero_reduce_buckets"] = (2 if overlap_comm else 1) + DEEPSPEED_ZERO12_ALLREDUCE_COPIES
+        memory["zero_reduce_buckets"] = 2 if overlap_comm else 1
+        memory["zero_allreduce_copies"] = DEEPSPEED_ZERO12_ALLREDUCE_COPIES
         comm["zero_grad_reduce"] = "all-reduce"
         if not optimizer_on_host:   # ZeRO-Offload's step reads the fp32 partition on the host
             memory["zero_step_grad_copy_bytes_per_param"] = DEEPSPEED_STEP_GRAD_COPY_BYTES_PER_PARAM

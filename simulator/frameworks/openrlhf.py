@@ -208,9 +208,9 @@ RULES: dict[str, Rule] = {
                                   "weights: ZeRO-1's BF16_Optimizer (bf16, a whole fp32 gradient buffer beside the "
                                   "bf16 gradients) or, under ds.adam_offload or beside fp16, an fp32 grad_accum a "
                                   "parameter; ZeRO-2 as without it; ZeRO-3's fp32 gradient partition"),
-    "ds.overlap_comm": mapped("workload.train_params.memory.zero_reduce_buckets", "ZeRO-1 / 2: 3 (2 without), "
-                              "DeepSpeed's second reduction bucket beside the first and the all-reduce's copy; the "
-                              "reduction's hidden share stays comm.dp_overlap_fraction"),
+    "ds.overlap_comm": mapped("workload.train_params.memory.zero_reduce_buckets", "ZeRO-1 / 2: 2 (1 without), "
+                              "DeepSpeed's second reduction bucket beside the first (the all-reduce's copy: memory."
+                              "zero_allreduce_copies); the reduction's hidden share stays comm.dp_overlap_fraction"),
     "ds.value_head_prefix": ignored("a module name: no effect on step time"),
     "ds.actor_init_on_gpu": ignored("where the weights are first built (0.9's --actor_init_on_gpu): no effect on "
                                     "step time"),

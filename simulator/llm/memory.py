@@ -236,7 +236,8 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         logits = tokens * float(model.head_outputs) / tp * logits_bpe if s == pp - 1 else 0.0
         gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert) \
             if zero >= 3 else 0.0
-        buffers = zero_backward_buffers_bytes(zero, grad_bpp * trained_shard, micro_batches or 1, params)
+        buffers = zero_backward_buffers_bytes(zero, grad_bpp * trained_shard, micro_batches or 1, params,
+                                              reduce_ranks=zero_shard)
         copies, step_grads = zero_step_copies(zero, grad_bpp * trained_shard, params)
         # MemoryBreakdown.total_bytes's sum, in its order: the stage with the largest (the first of equals)
         total = weights + grads + optim + acts + logits + gathered + buffers + staging
@@ -301,16 +302,18 @@ def zero_kept_bucket_bytes(zero: int, params: MemoryParams) -> float:
 
 
 def zero_backward_buffers_bytes(zero: int, grad_partition_bytes: float, micro_batches: int,
-                                params: MemoryParams) -> float:
+                                params: MemoryParams, *, reduce_ranks: int) -> float:
     """DeepSpeed ZeRO's buffers beside the gradients through a backward, on one device: the
     reduction buckets (MemoryParams.zero_reduce_bucket_params x zero_reduce_buckets in the weights'
     dtype, allocated whole whatever the model's size: stage_1_and_2.py setup_buckets, stage3.py
-    _setup_for_real_optimizer), and under ZeRO-2 with several micro-batches an optimizer step
+    _setup_for_real_optimizer), at ZeRO 1-2 zero_allreduce_copies more where the ZeRO group
+    (`reduce_ranks`) has several ranks, and under ZeRO-2 with several micro-batches an optimizer step
     (`micro_batches`, the caller's count), zero2_accumulated_grad_partitions more copies of the device's
     gradient partition (`grad_partition_bytes`). 0 at ZeRO 0."""
     if zero == 0:
         return 0.0
-    buckets = params.zero_reduce_buckets * params.zero_reduce_bucket_params * params.weight_bytes_per_param
+    copies = params.zero_allreduce_copies if zero in (1, 2) and reduce_ranks > 1 else 0
+    buckets = (params.zero_reduce_buckets + copies) * params.zero_reduce_bucket_params * params.weight_bytes_per_param
     accumulated = params.zero2_accumulated_grad_partitions * grad_partition_bytes \
         if zero == 2 and micro_batches > 1 else 0.0
     return buckets + accumulated

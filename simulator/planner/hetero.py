@@ -394,7 +394,7 @@ class HeteroStepModel:
             acts = (pp - st) * (acts_upto[last] - acts_upto[first])
             if self.recompute == "full" and count:
                 acts += stored(shapes[first], "none")
-            buffers = zero_backward_buffers_bytes(zero, grad_b * params / dp, micro_batches, memory)
+            buffers = zero_backward_buffers_bytes(zero, grad_b * params / dp, micro_batches, memory, reduce_ranks=dp)
             buffers += staging(st, first, count)
             backward = params * state_bytes_per_param + acts + (logits if st == pp - 1 else 0.0) + buffers
             copies, step_grads = zero_step_copies(zero, grad_b * params / dp, memory)

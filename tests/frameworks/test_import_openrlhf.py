@@ -412,17 +412,17 @@ def _zero_params(*overrides: str) -> tuple[dict, dict, object]:
 
 def test_a_zero2_actor_holds_and_reduces_its_gradients_as_deepspeed_does():
     """get_train_ds_config's reduce_bucket_size "auto" (DeepSpeed's 5e8 elements), bf16 gradients reduced
-    in bf16, each bucket all-reduced from its flattened copy (allreduce_bucket: a bucket and the copy, 2),
-    ZeRO-2's reduction in every backward and its accumulated partition (simulator/frameworks/deepspeed_zero.py);
-    ds.overlap_comm adds DeepSpeed's second bucket (3)."""
+    in bf16, each bucket all-reduced from its flattened copy (allreduce_bucket: a bucket, 1, and the copy,
+    zero_allreduce_copies 1), ZeRO-2's reduction in every backward and its accumulated partition
+    (simulator/frameworks/deepspeed_zero.py); ds.overlap_comm adds DeepSpeed's second bucket (2)."""
     memory, comm, r = _zero_params("ds.zero_stage=2")
-    assert memory == {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 2,
+    assert memory == {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 1, "zero_allreduce_copies": 1,
                       "zero_step_grad_copy_bytes_per_param": 6.0, "zero2_accumulated_grad_partitions": 1}
     assert comm == {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce",
                     "zero2_reduce_every_micro_batch": True}
     load_scenario(r.scenario)
     memory, _, r = _zero_params("ds.zero_stage=2", "+ds.overlap_comm=true")
-    assert memory["zero_reduce_buckets"] == 3
+    assert (memory["zero_reduce_buckets"], memory["zero_allreduce_copies"]) == (2, 1)
     assert r.mapped["ds.overlap_comm"].startswith("workload.train_params.memory.zero_reduce_buckets")
     load_scenario(r.scenario)
 
@@ -446,7 +446,7 @@ def test_zero_1_2_hold_the_all_reduces_flattened_copy_beside_their_buckets(stage
 
 @pytest.mark.parametrize(("stage", "memory", "comm"), [
     (0, {"grad_bytes_per_param": 2.0}, {"grad_reduce_bytes_per_param": 2.0}),
-    (1, {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 2,
+    (1, {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 1, "zero_allreduce_copies": 1,
          "zero_step_grad_copy_bytes_per_param": 6.0},
      {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce"}),
     (3, ZERO3_MEMORY, ZERO3_COMM)])

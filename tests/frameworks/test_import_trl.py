@@ -348,10 +348,10 @@ def test_padded_rows_attention_as_trls_attn_implementation_runs_it():
 
 
 @pytest.mark.parametrize(("launcher", "memory", "comm"), [
-    ("zero1", {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 2,
+    ("zero1", {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 1, "zero_allreduce_copies": 1,
                "zero_step_grad_copy_bytes_per_param": 6.0},
      {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce"}),
-    ("zero2", {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 2,
+    ("zero2", {"grad_bytes_per_param": 2.0, "zero_reduce_bucket_params": 5e8, "zero_reduce_buckets": 1, "zero_allreduce_copies": 1,
                "zero_step_grad_copy_bytes_per_param": 6.0, "zero2_accumulated_grad_partitions": 1},
      {"grad_reduce_bytes_per_param": 2.0, "zero_grad_reduce": "all-reduce", "zero2_reduce_every_micro_batch": True}),
     ("zero3", {"grad_bytes_per_param": 2.0, "grad_buffer_persists": True, "zero_reduce_bucket_params": 5e8,

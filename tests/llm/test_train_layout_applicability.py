@@ -172,6 +172,7 @@ MOVED_MEMORY = {"zero3_prefetch_layers": ({}, 2), "zero3_outer_gathered": ({}, F
                 "zero_reduce_buckets_kept": ({"zero_reduce_bucket_params": 5e8}, 1),
                 "grad_partition_on_host": ({}, True),
                 "zero_offload_device_grad_buffers": ({}, 1),
+                "zero_allreduce_copies": ({"zero_reduce_bucket_params": 5e8}, 1),
                 "zero_step_grad_copy_bytes_per_param": ({}, 1000.0),   # past the backward's peak
                 "zero_step_sub_group_params": ({"zero_step_grad_copy_bytes_per_param": 1000.0}, 1e6)}
 
