@@ -303,6 +303,13 @@ def _check_hooks(costs: Any, progress: Any) -> None:
                                                "or leave progress out")
 
 
+def topology_prices(topology: Any) -> dict[str, float]:
+    """Each device kind's price per device-hour where its device entry gives one (price_per_hour): what
+    a run's ``device_prices`` and a sweep point's (capacity.price_per_device_hour) read."""
+    return {kind: float(spec.price_per_hour) for kind, spec in topology.kind_specs().items()
+            if spec.price_per_hour is not None}
+
+
 def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
               plan_seed: int | None = None) -> SimulationResult:
     w = sc.workload
@@ -323,8 +330,7 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
         n_devices = topology.num_devices
         device_counts = topology.device_counts()
         device_kinds = list(device_counts)
-        device_prices = {kind: float(spec.price_per_hour) for kind, spec in topology.kind_specs().items()
-                         if spec.price_per_hour is not None}
+        device_prices = topology_prices(topology)
         rec, costs, plan = _run_planned(sc, topology, prompt, resp, progress, keep_samples, plan_seed)
     else:
         n_devices = int(getattr(costs, "n_devices", 0)) or 8

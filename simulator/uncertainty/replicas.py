@@ -190,12 +190,17 @@ def replicate(spec: Scenario | dict | str | Path | None = None, *, seeds: int | 
 
 def replicate_point(base: Any, seeds: int, values: Mapping[str, Any]) -> dict[str, Any]:
     """A sweep point function (sweep.BaseScenario, grid values) run as `seeds` replicas."""
+    from ..api import topology_prices
     from ..hardware.topology import load_topology
     plan = plan_replicas(base.spec, seeds=seeds, **base.keywords(values))
     summaries = run_replicas(plan)
     doc = summarize(plan, summaries)
-    counts = load_topology(plan.scenario(0).topology).device_counts()
+    topology = load_topology(plan.scenario(0).topology)
+    counts = topology.device_counts()
     doc.setdefault("device_kinds", list(counts))
     if len(counts) > 1:   # as simulate_point: a mixed cluster's cost weighs its kinds
         doc.setdefault("device_counts", counts)
+    prices = topology_prices(topology)
+    if prices:   # as simulate_point: a --seeds point read past the device entries' price_per_hour
+        doc.setdefault("device_prices", prices)
     return doc

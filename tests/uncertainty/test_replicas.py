@@ -278,3 +278,19 @@ def test_a_bad_plan_seed_is_refused():
     with pytest.raises(RlsimError) as info:
         simulator.simulate(**AUTO, plan_seed=-1)
     assert info.value.field == "plan_seed"
+
+
+def test_a_seeded_sweep_point_keeps_the_device_entrys_price():
+    """`rlsim sweep --seeds 2` on a topology whose device entry gives price_per_hour dropped the
+    price from each point (replicate_point kept the kinds and counts only): every cost column read
+    None where --seeds 1 priced it at 3.0 a device-hour."""
+    from simulator.capacity import price_per_device_hour
+    from simulator.sweep import BaseScenario, simulate_point
+    from simulator.uncertainty.replicas import replicate_point
+    base = BaseScenario(workload="grpo-qwen2.5-7b", topology="dgx-h100", iterations=1,
+                        overrides=("topology.nodes=1", "topology.device.price_per_hour=3",
+                                   "workload.prompts_per_step=16", "workload.mini_batch_prompts=16"))
+    single, seeded = simulate_point(base, {}), replicate_point(base, 2, {})
+    for key in ("device_kinds", "device_prices"):
+        assert seeded[key] == single[key], key
+    assert seeded["device_prices"] == {"h100": 3.0} and price_per_device_hour(seeded, None) == 3.0
