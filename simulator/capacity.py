@@ -324,21 +324,28 @@ def cheapest(rows: Sequence[Mapping[str, Any]], target: Target,
              prices: float | Mapping[str, float] | None = None) -> dict[str, Any] | None:
     """Among run summaries (e.g. sweep rows), the cheapest that meets the target.
 
-    With prices: lowest cost per trained token (per 1M tokens: the cost of a fixed amount of training,
-    also when a schedule trains only part of a batch per step), ties to fewer devices. Without: fewest
-    devices, ties to more trained tokens/s. None if no row meets the target.
+    With a price for every row that meets the target (``prices``, or its device entries'
+    price_per_hour: the summary's device_prices): lowest cost per trained token (per 1M tokens: the
+    cost of a fixed amount of training, also when a schedule trains only part of a batch per step),
+    ties to fewer devices. Without: fewest devices, ties to more trained tokens/s. None if no row
+    meets the target. (The entries' prices priced each row's cost columns but the pick went by
+    device count alone: the dearer configuration picked beside its own cost figures.)
     """
-    best: tuple | None = None
-    chosen: dict[str, Any] | None = None
+    meeting = []
     for row in rows:
         if row.get("error") or not target.met_by(row):
             continue
         enriched = dict(row)
         enriched.update(cost_fields(row, price_per_device_hour(row, prices)))
-        if prices is not None:
-            key = (_or_inf(enriched["cost_per_1m_tokens"]), row["devices"], -steady_tokens_per_s(row))
+        meeting.append(enriched)
+    priced = prices is not None or (meeting and all(r["price_per_device_hour"] is not None for r in meeting))
+    best: tuple | None = None
+    chosen: dict[str, Any] | None = None
+    for row in meeting:
+        if priced:
+            key = (_or_inf(row["cost_per_1m_tokens"]), row["devices"], -steady_tokens_per_s(row))
         else:
             key = (row["devices"], -steady_tokens_per_s(row))
         if best is None or key < best:
-            best, chosen = key, enriched
+            best, chosen = key, row
     return chosen

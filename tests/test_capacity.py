@@ -127,6 +127,22 @@ def test_cheapest_ranks_by_cost_per_step_then_devices():
     assert cheapest(rows, Target(tokens_per_s=1e9)) is None
 
 
+def test_cheapest_ranks_by_the_device_entries_prices_without_price():
+    """Rows priced by their device entries' price_per_hour (device_prices) and no --price: their cost
+    columns were filled, yet the pick went by device count (gpu, 0.533 $/step, beside npu's 0.36)."""
+    rows = [
+        {"grid": {"t": "gpu"}, "devices": 64, "step_time_s": 10.0, "tokens_per_s": 2e5, "device_kinds": ["h100"],
+         "device_prices": {"h100": 3.0}},
+        {"grid": {"t": "npu"}, "devices": 96, "step_time_s": 9.0, "tokens_per_s": 2.2e5,
+         "device_kinds": ["ascend-910c"], "device_prices": {"ascend-910c": 1.5}},
+    ]
+    target = Target(tokens_per_s=1e5)
+    chosen = cheapest(rows, target)
+    assert chosen["grid"] == {"t": "npu"} and chosen["price_per_device_hour"] == 1.5
+    # a row without a price among them: no cost to rank all by, so the fewest devices (as before)
+    assert cheapest([rows[0], {**rows[1], "device_prices": {}}], target)["grid"] == {"t": "gpu"}
+
+
 def _sizes(tokens_of):
     def evaluate_batch(batch):
         return [({"tokens_per_s": tokens_of(b["n"]), "step_time_s": 1.0, "devices": 8 * b["n"]}, "") for b in batch]
