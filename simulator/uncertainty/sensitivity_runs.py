@@ -377,6 +377,24 @@ SOBOL_COLUMNS = {"sobol_first": "S1", "sobol_first_ci95": "S1_conf", "sobol_tota
                  "sobol_total_ci95": "ST_conf"}
 
 
+def _design_bounds(span: tuple[float, float], whole: bool) -> list[float]:
+    """A key's bounds in the Sobol problem: its range (a held key's widened by 1e-12, SALib refuses an
+    empty one); a whole-number key's widened by half a unit each side, so that rounding gives each
+    whole value of LOW..HIGH one unit of the design (rounding draws over LOW..HIGH gave the two ends
+    half bins: 0.25 / 0.5 / 0.25 over 7..9)."""
+    low, high = span
+    if high <= low:
+        return [low, low + 1e-12]
+    return [low - 0.5, high + 0.5] if whole else [low, high]
+
+
+def _design_value(value: float, span: tuple[float, float], whole: bool) -> float:
+    """A design point's value of a key: a whole-number key's rounded half up into LOW..HIGH."""
+    if not whole or span[1] <= span[0]:
+        return float(value)
+    return float(min(max(math.floor(value + 0.5), span[0]), span[1]))
+
+
 def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], metric: str,
                   samples: int | None, jobs: int, costs: Any,
                   whole: frozenset[str] = frozenset()) -> dict[str, list[float | None]]:
@@ -393,12 +411,11 @@ def sobol_indices(plan: ReplicaPlan, ranges: Mapping[str, tuple[float, float]], 
         from SALib.sample import sobol as sobol_sample
     except ImportError:
         return {column: [None] * len(keys) for column in SOBOL_COLUMNS}
-    bounds = [[lo, hi if hi > lo else lo + 1e-12] for lo, hi in (ranges[key] for key in keys)]
-    problem = {"num_vars": len(keys), "names": keys, "bounds": bounds}
+    problem = {"num_vars": len(keys), "names": keys, "bounds": [_design_bounds(ranges[key], key in whole) for key in keys]}
     with warnings.catch_warnings():   # not a power of 2: said once in rlsim's words (sobol_sample_note)
         warnings.filterwarnings("ignore", message=".*balance properties of Sobol")
         points = sobol_sample.sample(problem, int(samples), calc_second_order=False, seed=plan.seeds[0])
-    plans = [_with(plan, {key: value[key] for key in given}, whole)
+    plans = [_with(plan, {key: _design_value(value[key], ranges[key], key in whole) for key in given}, whole)
              for value in (dict(zip(keys, row, strict=True)) for row in points)]
     y = np.array([metric_figure(r, metric) for r in run_many(plans, jobs=jobs, costs=costs)])
     if np.ptp(y) == 0:

@@ -331,3 +331,30 @@ def test_a_default_range_around_a_base_of_zero_is_named_in_a_note(toy, costs):
     assert "--vary workload.response_length.sigma=LOW..HIGH" in note
     given = sensitivity(toy, {"workload.response_length.sigma": (0.0, 0.0)}, samples=0, costs=costs)
     assert collapsed_note(given) == ""   # a range given as 0..0 is the user's
+
+
+def test_a_whole_number_keys_sobol_design_weighs_each_whole_value_alike(toy, monkeypatch):
+    """The Sobol design's values of a whole-number key were the uniform draws over LOW..HIGH rounded
+    half to even: over 7..9 the ends took half the weight of the middle (P(7) = P(9) = 0.25, P(8) =
+    0.5), so the indices were of a law the range does not say. Each whole value now takes its whole
+    unit bin, as an integer distribution's draws do (distributions._sample_whole)."""
+    from collections import Counter
+
+    from simulator.uncertainty import sensitivity_runs
+    from simulator.uncertainty.distributions import get_dotted
+    key = "workload.prompts_per_step"
+    seen: list[int] = []
+
+    def fake_run_many(plans, **_):
+        values = [get_dotted(p.data, key) for p in plans]
+        seen.extend(values)
+        return [[{"steady_tokens_per_s": float(v)}] for v in values]
+    monkeypatch.setattr(sensitivity_runs, "run_many", fake_run_many)
+    samples = 1024
+    toy["limits"] = {"max_runs": 4 * samples}
+    sensitivity(toy, {key: (7, 9)}, samples=samples)
+    design = seen[3:]   # after the base and the two ends
+    assert len(design) == samples * 3 and all(isinstance(v, int) for v in design)
+    shares = {v: n / len(design) for v, n in Counter(design).items()}
+    assert set(shares) == {7, 8, 9}
+    assert all(abs(share - 1 / 3) < 0.02 for share in shares.values()), shares
