@@ -185,7 +185,10 @@ def default_ranges(plan: ReplicaPlan, distributions: Sequence[Any] | None = None
             high = value * f_high
             if key.endswith("efficiency"):
                 high = min(1.0, high)
-            out[key] = (_tidy(value * f_low), _tidy(high))
+            ends = (_tidy(value * f_low), _tidy(high))
+            # a whole-number key's ends as its runs take them (_with rounds): a median of 1001 showed
+            # 750.75..1251.25 for runs at 751 and 1251
+            out[key] = (float(round(ends[0])), float(round(ends[1]))) if key in INTEGER_KEYS else ends
     for dist in plan.distributions if distributions is None else distributions:
         out[dist.key] = dist.bounds()
     return out

@@ -358,3 +358,14 @@ def test_a_whole_number_keys_sobol_design_weighs_each_whole_value_alike(toy, mon
     shares = {v: n / len(design) for v, n in Counter(design).items()}
     assert set(shares) == {7, 8, 9}
     assert all(abs(share - 1 / 3) < 0.02 for share in shares.values()), shares
+
+
+def test_a_whole_number_keys_default_range_ends_where_its_runs_take_it(toy):
+    """A response median of 1001 gave the default range 750.75..1251.25, and the rows showed those
+    ends beside figures of runs at 751 and 1251 (the runs round a whole-number key)."""
+    from simulator.uncertainty.replicas import plan_replicas
+    from simulator.uncertainty.sensitivity_runs import default_ranges
+
+    toy["workload"]["response_length"]["median"] = 1001
+    toy["topology"] = {"preset": "dgx-h100", "nodes": 1}   # the default set reads its base values
+    assert default_ranges(plan_replicas(toy))["workload.response_length.median"] == (751.0, 1251.0)
