@@ -81,8 +81,9 @@ def write_sensitivity_report(frame: pd.DataFrame, out_dir: str | Path) -> Path:
     plots.save_figure(tornado_figure(frame, base=frame.attrs.get("base"), metric=metric), out, STEM)
     (out / "sensitivity.json").write_text(json.dumps(sensitivity_records(frame), indent=2) + "\n")
     head = ("<p class='conclusion'>" + html.escape(conclusion(frame)) + "</p>"
-            "<p class='note'>Swing: the figure with the key at its high value minus at its low value, the other "
-            "keys at base. Sobol first-order: the share of the figure's variance the key explains alone; "
+            "<p class='note'>Swing: the figure's range over the key at its low value, its base value and its high "
+            "value, the other keys at base (over low and high alone where the range leaves the base value out; "
+            "a knob with an optimum inside its range swings by its larger drop). Sobol first-order: the share of the figure's variance the key explains alone; "
             "total: with its interactions; ci95: the half-width of its 95% bootstrap interval.</p>")
     cols = ["rank", "key", "low", "high", "figure_low", "figure_high", "swing", "sobol_first", "sobol_first_ci95",
             "sobol_total", "sobol_total_ci95"]

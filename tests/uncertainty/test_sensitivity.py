@@ -33,7 +33,10 @@ def test_report_writes_tornado_and_json(frame, tmp_path):
     write_sensitivity_report(frame, tmp_path)
     for name in ("tornado.png", "tornado.svg", "sensitivity.json", "report.html"):
         assert (tmp_path / name).stat().st_size > 0
-    assert "tornado" in (tmp_path / "report.html").read_text()
+    page = (tmp_path / "report.html").read_text()
+    assert "tornado" in page
+    # the swing as sensitivity computes it (max - min over low, base and high), not "high minus low"
+    assert "minus" not in page and "its low value, its base value and its high value" in page
     records = sensitivity_records(frame)
     assert records[0]["rank"] == 1 and set(records[0]) == set(COLUMNS) | set(RECORD_ATTRS)
 
