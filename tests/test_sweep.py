@@ -638,6 +638,17 @@ def test_the_sweep_table_names_what_its_intervals_cover():
     assert _interval_header([{**ranged, "seeds": 8}]) == " \\[ci95]"
 
 
+def test_a_one_seed_points_cells_carry_no_interval():
+    """A sweep point with a distribution value at one seed is one replica: its ci95 is [x, x], shown as
+    '86.7 [86.7, 86.7]' under a '[0%: min..max of 1]' header (a review)."""
+    from simulator.commands.sweep import _interval, _interval_header
+    one = {"ci95": {"steady_tokens_per_s": [4668.0, 4668.0]}, "steady_tokens_per_s": 4668.0, "seeds": 1}
+    assert _interval_header([one]) == "" and _interval(one, "steady_tokens_per_s", "{:,.0f}") == ""
+    two = {**one, "ci95": {"steady_tokens_per_s": [4600.0, 4700.0]}, "seeds": 2}
+    assert _interval_header([one, two]) == " \\[50%: min..max of 2]"
+    assert _interval(two, "steady_tokens_per_s", "{:,.0f}") == " [4,600, 4,700]"
+
+
 def test_a_sweep_over_sizes_with_a_fixed_rollout_pool_says_only_the_trainer_grows():
     from simulator.commands.sweep import _fixed_pool_notes
     rows = [{"devices": 8, "pools": {"rollout": 2, "train": 6}}, {"devices": 16, "pools": {"rollout": 2, "train": 14}}]

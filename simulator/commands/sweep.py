@@ -485,15 +485,24 @@ def _interval(obj: dict, key: str, spec: Any) -> str:
     """' [low, high]': a --seeds point's ci95 of the steady tokens/s and step, beside its
     median (a capacity answer decides on the median: the interval shows how near the target it is)."""
     span = (obj.get("ci95") or {}).get(key) if key in ("steady_tokens_per_s", "steady_step_time_s") else None
-    if not isinstance(span, (list, tuple)) or len(span) != 2:
+    if not isinstance(span, (list, tuple)) or len(span) != 2 or not _has_interval(obj):
         return ""
     return f" [{_fmt(span[0], spec)}, {_fmt(span[1], spec)}]"
+
+
+def _has_interval(obj: dict) -> bool:
+    """Whether a point has an interval to show: two or more seeds. One seed (a distribution value's
+    first draw) carries ci95 [x, x], which the table showed as '[0%: min..max of 1]' beside every cell;
+    `rlsim run` says of one seed that it has no interval to give."""
+    seeds = obj.get("seeds")
+    return isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > 1
 
 
 def _interval_header(seeded: list[dict]) -> str:
     """' [ci95]', or what the intervals of the fewest seeds cover: below 6 seeds a point's interval is
     the [min, max] of its values (' [75%: min..max of 3]'), which is no 95% interval."""
     from ..uncertainty.intervals import ci_coverage
+    seeded = [obj for obj in seeded if _has_interval(obj)]
     if not seeded:
         return ""
     fewest = min(int(obj.get("seeds") or 1) for obj in seeded)
