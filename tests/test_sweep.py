@@ -723,3 +723,14 @@ def test_a_second_sweep_into_a_folder_being_written_is_refused(tmp_path, capsys)
         assert main(["sweep", "--grid", "seed=0,1", "--iterations", "1", "--out", str(out)]) == 2
     assert f"another sweep is writing {out}" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]   # nothing run, nothing written
+
+
+def test_seeds_1_wins_over_the_scenarios_replicas_as_run_takes_it(capsys):
+    """`rlsim run --seeds 1` over a scenario with replicas: 3 runs one plain run; `rlsim sweep --seeds 1`
+    failed every point ('replicas: 3 asks for 3 runs over seeds, and simulate runs one', a review)."""
+    from simulator.cli import main
+    assert main(["sweep", "--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
+                 "--set", "workload.prompts_per_step=16", "--set", "workload.mini_batch_prompts=16",
+                 "--set", "replicas=3", "--seeds", "1", "--jobs", "1", "--grid", "seed=0", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 1 and "error" not in rows[0] and "seeds" not in rows[0]

@@ -135,11 +135,26 @@ def sweep_seeds(args: argparse.Namespace, base: Any) -> int:
     --set replicas=N; it was read past), else 1."""
     if getattr(args, "seeds", None):
         return int(args.seeds)
+    return _scenario_replicas(base)
+
+
+def _scenario_replicas(base: Any) -> int:
+    """The base scenario's `replicas:` where it asks for more than one, else 1."""
     from ..scenario import scenario_data
     data, _ = scenario_data(base.spec, topology=base.topology, workload=base.workload, schedule=base.schedule,
                             overrides=base.overrides, iterations=base.iterations, seed=base.seed)
     replicas = data.get("replicas", 1)
     return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1 else 1
+
+
+def one_seed_base(args: argparse.Namespace, base: Any) -> Any:
+    """The sweep's base scenario with --seeds 1 winning over its `replicas: N`, as `rlsim run --seeds 1`
+    runs one plain run (scenario_keywords' replicas=1): every point failed on 'replicas: N asks for N
+    runs over seeds, and simulate runs one'. Unchanged otherwise (its fingerprint too)."""
+    if getattr(args, "seeds", None) != 1 or _scenario_replicas(base) == 1:
+        return base
+    import dataclasses
+    return dataclasses.replace(base, overrides=(*base.overrides, "replicas=1"))
 
 
 def sweep_replicated(base: Any, seeds: int, evaluate: Any, fingerprint: str,

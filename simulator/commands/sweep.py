@@ -121,7 +121,8 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     base = BaseScenario(spec=args.scenario, topology=args.topology, workload=args.workload,
                         schedule=args.schedule, overrides=tuple(args.overrides),
                         iterations=args.iterations, seed=args.seed)
-    from .replicas import sweep_replicated, sweep_seeds
+    from .replicas import one_seed_base, sweep_replicated, sweep_seeds
+    base = one_seed_base(args, base)   # --seeds 1 over a scenario's replicas: N: one plain run a point
     seeds = sweep_seeds(args, base)   # --seeds, else the scenario's replicas: (read once)
     _check_grid_size(grid, args.max_points, seeds)
     _refuse_unreadable_values(base, grid)
