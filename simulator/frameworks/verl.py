@@ -248,6 +248,25 @@ MEGATRON_GLOBAL_MICRO_BATCH_REFUSED = {
 # ranks (0.6.0 - 0.7.0 workers/config/actor.py ActorConfig.validate, critic.py FSDPCriticConfig.validate)
 FSDP_GLOBAL_MICRO_BATCH_RULE = "ppo_micro_batch_size x ulysses_sequence_parallel_size >= n_gpus"
 
+# verl 0.9's megatron optim (McoreOptimizerConfig, workers/config/optimizer.py) opts into Megatron's
+# precision-aware optimizer: utils/megatron/optimizer.py init_megatron_optim_config hands
+# use_precision_aware_optimizer and main_grads_dtype / exp_avg_dtype / exp_avg_sq_dtype to Megatron-Core
+# (bf16 only; TE FusedAdam), so the moments and the main gradients (and the DDP grad buckets:
+# workers/engine/megatron/transformer_impl.py _resolve_override_ddp_config) may be bf16, not the fp32
+# state rlsim prices; the three dtypes are read with the switch on only
+PRECISION_AWARE_OPTIMIZER_NOTE = ("Megatron's precision-aware optimizer (moments and main gradients in "
+                                  "exp_avg_dtype / exp_avg_sq_dtype / main_grads_dtype) is not modelled: rlsim "
+                                  "prices fp32 moments and main gradients")
+
+
+def _precision_aware_optimizer_rules(section: str) -> dict[str, Rule]:
+    """``section``'s (actor.optim / critic.optim) precision-aware optimizer keys."""
+    return {f"{section}.use_precision_aware_optimizer": unsupported(PRECISION_AWARE_OPTIMIZER_NOTE, neutral=False),
+            **{f"{section}.{k}": ignored("read with use_precision_aware_optimizer true only (utils/megatron/"
+                                         "optimizer.py init_megatron_optim_config)")
+               for k in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")}}
+
+
 RULES: dict[str, Rule] = {
     # data
     "data.train_batch_size": mapped("workload.prompts_per_step"),
@@ -336,6 +355,7 @@ RULES: dict[str, Rule] = {
         "default; megatron: Megatron-Core's adam or sgd): its state's bytes a parameter, and its step's traffic "
         "(train_params.comm.optimizer_traffic_bytes_per_param); an optimizer rlsim does not know is refused")
        for k in ("optimizer", "optimizer_impl")},
+    **_precision_aware_optimizer_rules(f"{A}.actor.optim"),
     f"{A}.actor.checkpoint.*": ignored(_CKPT),
     **{f"{A}.actor.{k}": ignored(_LOSS) for k in (
         "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode",
@@ -572,6 +592,7 @@ RULES: dict[str, Rule] = {
         "workload.critic_optimizer", "the critic's own optimizer (built apart from the actor's, as the actor's is): "
         "its state's bytes a parameter and its step's traffic where they differ from the actor's")
        for k in ("optimizer", "optimizer_impl")},
+    **_precision_aware_optimizer_rules("critic.optim"),
     **{f"critic.{k}": ignored(_LOSS) for k in ("grad_clip", "loss_agg_mode", "shuffle")},
     **{f"critic.model.{k}": ignored("model loading options: no effect on step time") for k in (
         "external_lib", "override_config.*", "override_config", "trust_remote_code", "use_shm", "tokenizer_path")},

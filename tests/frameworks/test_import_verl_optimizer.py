@@ -88,6 +88,30 @@ def test_overrides_that_change_the_state_are_listed_unsupported():
     assert f"{ACTOR}.optim.override_optimizer_config.eps" in r.ignored
 
 
+MEGATRON_091 = Path(__file__).resolve().parent / "data" / "verl-0.9.1-generated-ppo-megatron-trainer.yaml"
+QUICK_091 = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct", "critic.model.path=Qwen/Qwen2.5-0.5B-Instruct",
+             f"{ACTOR}.ppo_micro_batch_size_per_gpu=4", "critic.ppo_micro_batch_size_per_gpu=4",
+             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4", "actor_rollout_ref.rollout.name=vllm",
+             "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "data.train_batch_size=256",
+             f"{ACTOR}.ppo_mini_batch_size=64", "trainer.n_gpus_per_node=1"]
+
+
+@pytest.mark.parametrize("section", [f"{ACTOR}.optim", "critic.optim"])
+def test_megatrons_precision_aware_optimizer_is_listed_unsupported_not_read_past(section):
+    """verl 0.9.1's McoreOptimizerConfig.use_precision_aware_optimizer hands bf16 moments / main gradients
+    to Megatron-Core (utils/megatron/optimizer.py): not rlsim's fp32 state, so listed unsupported; its
+    dtypes are read with it on only; at verl's defaults (False, fp32) both are ignored."""
+    default = import_config("verl", MEGATRON_091, QUICK_091)
+    assert f"{section}.use_precision_aware_optimizer" in default.ignored
+    assert f"{section}.exp_avg_dtype" in default.ignored and not default.unsupported
+    on = import_config("verl", MEGATRON_091, [*QUICK_091, f"{section}.use_precision_aware_optimizer=true",
+                                              f"{section}.exp_avg_dtype=bf16", f"{section}.main_grads_dtype=bf16"])
+    assert set(on.unsupported) == {f"{section}.use_precision_aware_optimizer"}
+    assert "precision-aware" in on.unsupported[f"{section}.use_precision_aware_optimizer"]
+    assert "use_precision_aware_optimizer true only" in on.ignored[f"{section}.exp_avg_dtype"]
+
+
 def test_the_critic_takes_its_own_optimizer_where_it_differs():
     same = import_config("verl", CFG, PPO).scenario["workload"]
     assert "critic_optimizer" not in same
