@@ -40,7 +40,12 @@ from .common import (
     without_inapplicable_layout_keys,
     world_divides,
 )
-from .verl_optimizer import fsdp_step_traffic
+from .verl_optimizer import (
+    MEGATRON_GRAD_BYTES,
+    MEGATRON_OPTIMIZER_STATE,
+    MEGATRON_WEIGHT_WRITE_BYTES,
+    fsdp_step_traffic,
+)
 
 DEFAULTS_SOURCE = "AReaL 1.0.4 areal/api/cli_args.py (PPOConfig's dataclass defaults)"
 # AReaL's defaults for the keys rlsim reads when a config leaves them out (its dataclass fields).
@@ -174,8 +179,9 @@ RULES: dict[str, Rule] = {
                                    "v and Kahan compensation (6), sgd none; archon: AdamW's state in actor.dtype; "
                                    "with its step's traffic (comm.optimizer_traffic_bytes_per_param, over the master "
                                    "shard: fsdp adam 28, adam_bf16 24, sgd 12; archon bf16 adam 14, sgd 6); "
-                                   "megatron: not read (rlsim's Megatron defaults; adam_bf16's precision-aware optimizer "
-                                   "is not modelled)"),
+                                   "megatron: adam rlsim's Megatron defaults (12, step 30), sgd Megatron-Core's fp32 "
+                                   "momentum beside the main parameters (8, step 22), adam_bf16 (Megatron's "
+                                   "precision-aware optimizer) listed unsupported"),
     **{f"actor.{k}": ignored(_NAMING) for k in ("experiment_name", "trial_name", "admin_api_key", "log_level",
                                                 "request_timeout", "setup_timeout")},
     "actor.scheduling_spec": ignored(_NAMING), "actor.scheduling_spec.*": ignored(_NAMING),
@@ -455,7 +461,7 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     _critic(v, w, decided)
     _teacher(v, w)
     w["dtype"] = _dtype(v("actor.dtype"), "actor.dtype", src)
-    _resident_state(v, w, train_engine)
+    _resident_state(v, w, train_engine, decided)
     if v.flag("actor.fsdp.offload_params") and train_engine != "megatron":
         merge_train_params(w, {"offload": {"fsdp_cpu_offload": True}})
     return w
@@ -474,12 +480,14 @@ AREAL_FSDP_OPTIMIZER_BYTES = {"adam": 8.0, "adam_bf16": 6.0, "sgd": 0.0}
 AREAL_FP32_MASTER_BYTES = 4.0
 
 
-def _resident_state(v: Values, w: dict[str, Any], train_engine: str) -> None:
+def _resident_state(v: Values, w: dict[str, Any], train_engine: str,
+                    decided: dict[str, tuple[Status, str]]) -> None:
     """The FSDP and archon engines' resident training state a parameter, onto workload.train_params.memory
-    (the megatron engine's is Megatron's distributed optimizer: rlsim's defaults)."""
-    if train_engine == "megatron":
-        return
+    (the megatron engine's is Megatron's distributed optimizer: _megatron_optimizer)."""
     kind = str(v("actor.optimizer.type") or "adam")
+    if train_engine == "megatron":
+        _megatron_optimizer(v, w, kind, decided)
+        return
     if kind not in AREAL_FSDP_OPTIMIZER_BYTES or (train_engine == "archon" and kind == "adam_bf16"):
         raise RlsimError(f"actor.optimizer.type {kind!r} is not one of AReaL's {train_engine} engine's",
                          source=v.result.source, field="actor.optimizer.type",
@@ -498,6 +506,33 @@ def _resident_state(v: Values, w: dict[str, Any], train_engine: str) -> None:
     # AdamW over those parameters, its m and v in their dtype) AdamW 14, sgd 6
     step = fsdp_step_traffic(master, memory["optimizer_bytes_per_param"])
     merge_train_params(w, {"memory": memory, "comm": {"optimizer_traffic_bytes_per_param": step}})
+
+
+# AReaL 1.0.4's megatron engine hands optimizer.type to Megatron-Core's OptimizerConfig (engine/
+# megatron_engine.py _create_optimizer: adam or sgd, sgd_momentum left at Megatron's 0.9): adam is rlsim's
+# Megatron default (12 B a parameter, a 30 B step), sgd keeps one fp32 momentum beside the main parameters
+# (verl_optimizer.MEGATRON_OPTIMIZER_STATE). adam_bf16 becomes adam with the precision-aware optimizer and
+# bf16 exp_avg / exp_avg_sq (_normalize_adam_bf16_config), which rlsim does not model.
+AREAL_MEGATRON_ADAM_BF16 = ("the megatron engine turns adam_bf16 into Megatron's precision-aware optimizer with "
+                            "bf16 moments (megatron_engine.py _normalize_adam_bf16_config), which is not "
+                            "modelled: rlsim prices fp32 moments")
+
+
+def _megatron_optimizer(v: Values, w: dict[str, Any], kind: str, decided: dict[str, tuple[Status, str]]) -> None:
+    """The megatron engine's optimizer.type onto workload.train_params (sgd's state and step), or listed
+    unsupported (adam_bf16)."""
+    if kind == "adam_bf16":
+        decided["actor.optimizer.type"] = ("unsupported", AREAL_MEGATRON_ADAM_BF16)
+        return
+    if kind not in MEGATRON_OPTIMIZER_STATE:
+        raise RlsimError(f"actor.optimizer.type {kind!r} is not one of AReaL's megatron engine's",
+                         source=v.result.source, field="actor.optimizer.type", fix="use adam, sgd or adam_bf16")
+    if kind == "adam":
+        return
+    state = MEGATRON_OPTIMIZER_STATE[kind]
+    step = MEGATRON_WEIGHT_WRITE_BYTES + MEGATRON_GRAD_BYTES + 2 * state
+    merge_train_params(w, {"memory": {"optimizer_bytes_per_param": state},
+                           "comm": {"optimizer_traffic_bytes_per_param": step}})
 
 
 def _teacher(v: Values, w: dict[str, Any]) -> None:

@@ -357,6 +357,25 @@ def test_the_fsdp_engine_keeps_an_fp32_master_shard_and_archon_its_dtype():
     assert err.value.field == "actor.optimizer.type"
 
 
+def test_the_megatron_engine_hands_optimizer_type_to_megatron_core():
+    """AReaL 1.0.4 megatron_engine.py: optimizer.type goes to Megatron-Core's OptimizerConfig. adam: rlsim's
+    Megatron defaults; sgd: an fp32 momentum (sgd_momentum 0.9) beside the 4-byte main parameters, 8 B a
+    parameter, its step 2 (bf16 weights written) + 4 (main gradient read) + 2 x 8 = 22 B; adam_bf16 turns on
+    the precision-aware optimizer with bf16 moments: listed unsupported, the state left at rlsim's fp32 one."""
+    def imported(*overrides):
+        return import_config("areal", EXAMPLE, ["actor.backend=megatron:d4", *overrides])
+    assert "train_params" not in imported().scenario["workload"]
+    sgd = imported("+actor.optimizer.type=sgd").scenario["workload"]["train_params"]
+    assert sgd["memory"] == {"optimizer_bytes_per_param": 8.0}
+    assert sgd["comm"] == {"optimizer_traffic_bytes_per_param": 2 + 4 + 2 * 8}
+    bf16 = imported("+actor.optimizer.type=adam_bf16")
+    assert "precision-aware" in bf16.unsupported["actor.optimizer.type"]
+    assert bf16.scenario == imported().scenario
+    with pytest.raises(RlsimError, match="megatron engine") as err:
+        imported("+actor.optimizer.type=lion")
+    assert err.value.field == "actor.optimizer.type"
+
+
 def test_pad_to_maximum_pads_the_packed_micro_batches_not_the_samples():
     """AReaL's engines always pack a micro-batch (fsdp_engine.py _prepare_mb_list: pack_tensor_dict);
     actor.pad_to_maximum tops each packed micro-batch up to mb_spec.max_tokens_per_mb with one padding
