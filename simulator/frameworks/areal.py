@@ -257,13 +257,17 @@ RULES: dict[str, Rule] = {
         "log_level_http", "log_requests", "log_requests_level", "show_time_cost", "enable_metrics",
         "decode_log_interval", "enable_nan_detection", "enable_p2p_check", "enable_memory_saver",
         "allow_auto_truncate", "enable_multithread_load", "enable_return_routed_experts", "enable_multimodal",
-        "max_loaded_loras", "lora_backend", "max_lora_rank", "lora_paths", "torchao_config", "sampling_backend",
+        "max_loaded_loras", "lora_backend", "max_lora_rank", "lora_paths", "sampling_backend",
         "triton_attention_reduce_in_fp32", "triton_attention_num_kv_splits", "torch_compile_max_bs")},
     **{f"sglang.{k}": unsupported("SGLang option not modelled", neutral=value) for k, value in (
         ("enable_torch_compile", False), ("enable_dp_attention", False), ("enable_ep_moe", False), ("dp_size", 1),
         ("ep_size", 1), ("cpu_offload_gb", 0), ("enable_lora", None), ("num_continuous_decode_steps", 1),
         ("enable_mixed_chunk", False), ("disable_cuda_graph_padding", False), ("cuda_graph_bs", None),
         ("enable_nccl_nvls", False), ("disable_overlap_schedule", False), ("attention_backend", "fa3"))},
+    # SGLang's --torchao-config quantizes the served weights (int8wo, int4wo-128, fp8wo, ...: sglang
+    # layers/torchao_utils.py apply_torchao_config_to_model); AReaL hands it to the server as is
+    "sglang.torchao_config": unsupported("weights quantized by torchao in the engine are not mapped: give "
+                                         "workload.rollout_layout.weight_dtype", neutral=""),
     "sglang.*": unsupported("SGLang option not modelled (the named engine's defaults stand)"),
     "vllm.gpu_memory_utilization": mapped("workload.rollout_layout.gpu_memory_utilization"),
     "vllm.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs"),

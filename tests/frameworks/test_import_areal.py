@@ -376,6 +376,15 @@ def test_the_megatron_engine_hands_optimizer_type_to_megatron_core():
     assert err.value.field == "actor.optimizer.type"
 
 
+def test_sglangs_torchao_quantization_is_listed_unsupported_not_read_past():
+    """AReaL hands sglang.torchao_config to the SGLang server, which quantizes the served weights with it
+    (int8wo, fp8wo, ...): not the bf16 engine rlsim prices, so listed unsupported; AReaL's default '' is
+    ignored."""
+    assert "sglang.torchao_config" in import_config("areal", DEFAULTS).ignored
+    quantized = import_config("areal", EXAMPLE, ["+sglang.torchao_config=int8wo"])
+    assert "weight_dtype" in quantized.unsupported["sglang.torchao_config"]
+
+
 def test_pad_to_maximum_pads_the_packed_micro_batches_not_the_samples():
     """AReaL's engines always pack a micro-batch (fsdp_engine.py _prepare_mb_list: pack_tensor_dict);
     actor.pad_to_maximum tops each packed micro-batch up to mb_spec.max_tokens_per_mb with one padding
