@@ -93,6 +93,10 @@ def _megatron_keys(prefix: str) -> dict[str, Rule]:
         **{f"{section}.{key}": mapped(f"workload.train_layout.{knob}", "null: tp" if knob == "etp" else "")
            if policy else unsupported("the reference runs with the policy's layout (its own sizes, where they "
                                       "differ, are not modelled)") for key, knob in MEGATRON_SIZES.items()},
+        # megatron_worker.py copies ddp_config onto Megatron's DistributedDataParallelConfig: grad_reduce_in_fp32
+        # (SkyRL's default true) is the fp32 gradient reduction rlsim prices
+        f"{section}.ddp_config.grad_reduce_in_fp32": unsupported(
+            "a bf16 gradient reduction is not mapped (train_params.comm.grad_reduce_bytes_per_param)", neutral=True),
         f"{section}.ddp_config.*": ignored("Megatron's DDP overlaps: rlsim's megatron stack prices its own overlap"),
         f"{section}.hf_export_config.*": ignored(_LOG),
         f"{section}.lora_config.*": ignored(_LORA),
@@ -138,7 +142,15 @@ def _fsdp_keys(prefix: str) -> dict[str, Rule]:
         if policy else unsupported(other, neutral=-1),
         f"{section}.reshard_after_forward": unsupported("FSDP2 keeping the gathered weights after the forward is not "
                                                         "imported", neutral=True),
-        f"{section}.mixed_precision.*": ignored("bf16 compute with fp32 reduction: rlsim's mixed precision"),
+        # skyrl 0.3.0 fsdp_strategy.py _fsdp_init_model: MixedPrecisionPolicy(param_dtype, reduce_dtype) from
+        # these two (buffer_dtype is not read); rlsim prices bf16 compute with an fp32 gradient reduction
+        f"{section}.mixed_precision.param_dtype": unsupported("an FSDP compute dtype other than bf16 is not "
+                                                              "modelled (workload.dtype)", neutral="bf16"),
+        f"{section}.mixed_precision.reduce_dtype": unsupported(
+            "a gradient reduction other than fp32 is not mapped (train_params.comm.grad_reduce_bytes_per_param)",
+            neutral="fp32"),
+        f"{section}.mixed_precision.*": ignored("not read by SkyRL's FSDP2 strategy (fsdp_strategy.py: param_dtype "
+                                                "and reduce_dtype only)"),
         f"{section}.mixed_precision": ignored("bf16 compute with fp32 reduction: rlsim's mixed precision"),
         f"{section}.wrap_policy": ignored("FSDP wrapping details: rlsim shards per layer"),
     }

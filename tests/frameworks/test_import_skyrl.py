@@ -37,6 +37,21 @@ def test_every_field_of_skyrls_config_is_in_the_table_and_every_default_is_a_fie
     assert not [key for key in DEFAULTS if key not in names]
 
 
+@pytest.mark.parametrize(("key", "value", "strategy"), [
+    ("trainer.policy.fsdp_config.mixed_precision.reduce_dtype", "bf16", "fsdp2"),
+    ("trainer.policy.fsdp_config.mixed_precision.param_dtype", "fp32", "fsdp2"),
+    ("trainer.policy.megatron_config.ddp_config.grad_reduce_in_fp32", "false", "megatron")])
+def test_the_trainers_compute_and_reduction_dtypes_are_listed_unsupported_not_read_past(key, value, strategy):
+    """skyrl 0.3.0 fsdp_strategy.py builds FSDP2's MixedPrecisionPolicy from mixed_precision.param_dtype and
+    reduce_dtype, megatron_worker.py copies ddp_config onto Megatron's DDP config: a dtype other than the
+    bf16 compute / fp32 reduction rlsim prices is listed unsupported; SkyRL's defaults are ignored."""
+    chosen = [f"trainer.strategy={strategy}"]
+    assert key not in import_config("skyrl", EXAMPLE, chosen).unsupported
+    changed = import_config("skyrl", EXAMPLE, [*chosen, f"{key}={value}"])
+    assert key in changed.unsupported and "not" in changed.unsupported[key]
+    assert "trainer.policy.fsdp_config.mixed_precision.buffer_dtype" not in RULES   # not read: the catch-all's
+
+
 def test_the_example_is_skyrls_colocated_step(capsys, tmp_path):
     r = import_config("skyrl", EXAMPLE)
     assert r.unknown == {} and r.unsupported == {}
