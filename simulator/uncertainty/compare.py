@@ -19,6 +19,8 @@ def compare_replicas(spec: Any = None, schedules: Iterable[str] | str = ("coloca
     """One replica summary per schedule (as replicate's), every replica of every schedule on the same
     seeds and parameter draws; each schedule after the first carries `vs_baseline` (ratio of
     `metric` per seed, its median and 95% interval, and a verdict sentence)."""
+    from ..api import check_scenario_keywords
+    check_scenario_keywords(keywords, "compare_replicas")   # a typo raised a TypeError naming scenario_data
     return compare_replica_runs(spec, schedules, seeds=seeds, jobs=jobs, costs=costs, metric=metric, **keywords)[0]
 
 
@@ -27,7 +29,8 @@ def compare_replica_runs(spec: Any = None, schedules: Iterable[str] | str = ("co
                          metric: str = DEFAULT_METRIC, **keywords: Any) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
     """compare_replicas' summaries and, per schedule, the run summary of each replica (what
     `rlsim compare --seeds N --out DIR` writes as each schedule's replicas.csv)."""
-    from ..api import schedule_list
+    from ..api import check_scenario_keywords, schedule_list
+    check_scenario_keywords(keywords, "compare_replica_runs")
     kinds = schedule_list(schedules)
     base = plan_replicas(spec, seeds=seeds, **keywords)
     per_kind, unused = compared_schedules(base.data.get("schedule") or {}, kinds)

@@ -91,6 +91,8 @@ def _with_values(data: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str
 def plan_replicas(spec: Any = None, *, seeds: int | None = None, **keywords: Any) -> ReplicaPlan:
     """The replica plan of a scenario. `seeds` (--seeds N) overrides the scenario's `replicas:`.
     Replica i runs seed + i; its parameter draws come from SeedSequence(seed).spawn(N)[i]."""
+    from ..api import check_scenario_keywords
+    check_scenario_keywords(keywords, "plan_replicas")   # a typo raised a TypeError naming scenario_data
     if isinstance(spec, Scenario) and not keywords:
         data, source = spec.to_dict(), spec.source
     else:

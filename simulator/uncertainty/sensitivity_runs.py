@@ -261,6 +261,8 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     """One row per varied key (COLUMNS), ranked by swing; `frame.attrs` holds the base figure,
     the metric and the seeds. `vary` maps key -> (low, high) or is a list of 'KEY=LOW..HIGH';
     None takes the default set. `samples` (0 or None: skip) is the Sobol base sample count."""
+    from ..api import check_scenario_keywords
+    check_scenario_keywords(keywords, "sensitivity")   # a typo raised a TypeError naming scenario_data
     ranges = given_ranges(vary)
     if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int) or samples < 0):
         raise RlsimError(f"samples must be a whole number >= 0 (0: no Sobol indices), got {samples!r}",

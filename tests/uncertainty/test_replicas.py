@@ -294,3 +294,17 @@ def test_a_seeded_sweep_point_keeps_the_device_entrys_price():
     for key in ("device_kinds", "device_prices"):
         assert seeded[key] == single[key], key
     assert seeded["device_prices"] == {"h100": 3.0} and price_per_device_hour(seeded, None) == 3.0
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda toy, costs: plan_replicas(toy, seeds=2, iteratons=1), "plan_replicas"),
+    (lambda toy, costs: compare_replicas(toy, ["colocated"], seeds=2, costs=costs, iteratons=1), "compare_replicas"),
+    (lambda toy, costs: __import__("simulator.uncertainty", fromlist=["sensitivity"]).sensitivity(
+        toy, {"workload.response_length.median": (800, 1200)}, samples=0, costs=costs, iteratons=1), "sensitivity"),
+])
+def test_a_keyword_typo_is_named_by_every_replica_function(toy, costs, call, name):
+    """replicate(..., iteratons=1) was named; plan_replicas, compare_replicas and sensitivity raised a
+    TypeError naming scenario_data, an internal function (a capacity planner's notebook trial)."""
+    with pytest.raises(RlsimError, match="did you mean 'iterations'") as caught:
+        call(toy, costs)
+    assert caught.value.field == "iteratons" and caught.value.message.startswith(f"{name}()")
