@@ -8,7 +8,7 @@ file) does the work. Cost figures come from the run summary and a price per devi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -272,6 +272,13 @@ def find_smallest(key: str, candidates: Sequence[Any], target: Target, evaluate_
     needs about log_(width+1)(n) rounds. `scan` evaluates every candidate and assumes nothing. A
     candidate that raises a user error (it does not fit in memory) counts as not meeting the target.
     """
+    _check_target(target)
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:   # "2": a TypeError mid-search
+        raise RlsimError(f"width must be a whole number >= 1 (candidates probed a round), got {width!r}",
+                         field="width", fix="e.g. width=2 (one probe per worker)")
+    if isinstance(candidates, (str, bytes, Mapping)) or not isinstance(candidates, Iterable):   # "1,2,4": its letters
+        raise RlsimError(f"the candidate values of {key} must be a list, got {type(candidates).__name__} "
+                         f"{candidates!r}", field=key, fix="e.g. [1, 2, 4, 8]")
     try:
         values = sorted(candidates)
     except TypeError:
@@ -316,6 +323,13 @@ def find_smallest(key: str, candidates: Sequence[Any], target: Target, evaluate_
                           [results[i] for i in sorted(results)], values)
 
 
+def _check_target(target: Any) -> None:
+    """A capacity target is a Target: a number raised an AttributeError ('met_by') from inside."""
+    if not isinstance(target, Target):
+        raise RlsimError(f"a capacity target is a Target, got {type(target).__name__} {target!r}", field="target",
+                         fix="e.g. Target(tokens_per_s=60_000) or Target(step_time_s=120)")
+
+
 def _or_inf(value: float | None) -> float:
     return math.inf if value is None else value
 
@@ -331,6 +345,7 @@ def cheapest(rows: Sequence[Mapping[str, Any]], target: Target,
     meets the target. (The entries' prices priced each row's cost columns but the pick went by
     device count alone: the dearer configuration picked beside its own cost figures.)
     """
+    _check_target(target)
     meeting = []
     for row in rows:
         if row.get("error") or not target.met_by(row):

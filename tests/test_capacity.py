@@ -301,3 +301,26 @@ def test_a_modified_device_is_priced_as_its_own_kind_or_by_its_name():
     assert result.device_counts == {"h100@fast": 8, "h100@slow": 8}
     assert result.device_prices == {"h100@fast": 3.0, "h100@slow": 1.0} and price_per_device_hour(result, None) == 2.0
     assert any("rollout on 8 h100@slow; train on 8 h100@fast" in note for note in result.summary["notes"])
+
+
+def _grows(values):
+    return [({"steady_tokens_per_s": 100.0 * v["topology.nodes"], "devices": 8 * v["topology.nodes"]}, "")
+            for v in values]
+
+
+@pytest.mark.parametrize("call, field", [
+    # a number for the target: an AttributeError ('int' object has no attribute 'met_by')
+    (lambda: find_smallest("topology.nodes", [1, 2, 4], 150, _grows), "target"),
+    (lambda: cheapest([{"devices": 8, "steady_tokens_per_s": 100.0}], None), "target"),
+    # a width from a text field: a TypeError comparing int and str mid-search
+    (lambda: find_smallest("topology.nodes", [1, 2, 4], Target(tokens_per_s=150), _grows, width="2"), "width"),
+    (lambda: find_smallest("topology.nodes", [1, 2, 4], Target(tokens_per_s=150), _grows, width=0), "width"),
+    # a comma-joined text: searched its characters ('1', ',', '2', ...) and answered none
+    (lambda: find_smallest("topology.nodes", "1,2,4", Target(tokens_per_s=150), _grows), "topology.nodes"),
+])
+def test_wrong_capacity_arguments_are_named(call, field):
+    """A notebook's capacity calls with a wrong argument raised from inside rlsim, or searched the
+    letters of a text (a capacity planner's audit)."""
+    with pytest.raises(RlsimError) as caught:
+        call()
+    assert caught.value.field == field and caught.value.fix
