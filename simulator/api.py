@@ -495,11 +495,7 @@ def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Ite
     as in `simulate` (False: no per-sample tables, the same summaries, memory flat over iterations)."""
     kinds = schedule_list(schedules)
     check_scenario_keywords(keywords, "compare")
-    given = keywords.get("schedule")
-    if isinstance(given, str) or (isinstance(given, Mapping) and "kind" in given):   # replaced by each kind
-        raise RlsimError("a comparison runs each of its kinds: schedule= names one, which they would replace",
-                         field="schedule", fix="name the kinds in the schedules argument; give other schedule "
-                                                "knobs as overrides=['schedule.KEY=VALUE']")
+    check_no_single_kind(keywords)
     results: dict[str, SimulationResult] = {}
     dropped: dict[str, list[tuple[str, str]]] = {}
     for kind, sc in compared_scenarios(scenario, kinds, keywords, dropped).items():
@@ -509,6 +505,24 @@ def compare(scenario: Scenario | dict | str | Path | None = None, schedules: Ite
             results[kind].summary["notes"].append(f"schedule.{knob} is not read under {kind} ({why}): this "
                                                   "column runs without it")
     return ComparisonResult(comparison_table([r.summary for r in results.values()]), results)
+
+
+def check_no_single_kind(keywords: Mapping[str, Any]) -> None:
+    """A comparison's keywords name no one kind (schedule='async', {'kind': ...} or an override of
+    schedule.kind): each compared kind would replace it. Shared by compare and the replicas'
+    compare_replica_runs (`rlsim compare --seeds N` ran the compared kinds without a word)."""
+    given = keywords.get("schedule")
+    if isinstance(given, str) or (isinstance(given, Mapping) and "kind" in given):   # replaced by each kind
+        raise RlsimError("a comparison runs each of its kinds: schedule= names one, which they would replace",
+                         field="schedule", fix="name the kinds in the schedules argument; give other schedule "
+                                                "knobs as overrides=['schedule.KEY=VALUE']")
+    overrides = [parse_assignment(o)[0] for o in string_items(keywords.get("overrides") or (), field="overrides",
+                                                               what="'KEY=VALUE' strings",
+                                                               example="overrides=['iterations=2']")]
+    if "schedule.kind" in overrides:   # the compared kinds replace it
+        raise RlsimError("a comparison runs each of its kinds: --set schedule.kind would be replaced",
+                         field="schedule.kind", fix="name the kinds with --schedules (rlsim compare) or the "
+                                                    "kinds argument")
 
 
 def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any],
@@ -524,11 +538,7 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
         return {kind: _for_kind(load_scenario, base.to_dict(), base.schedule.applicable_fields(kind),
                                 dropped.setdefault(kind, []) if kind != base.schedule.kind else None)
                 .model_copy(update={"source": base.source}) for kind in kinds}
-    overrides = [parse_assignment(o)[0] for o in keywords.get("overrides") or ()]
-    if "schedule.kind" in overrides:   # the compared kinds replace it
-        raise RlsimError("a comparison runs each of its kinds: --set schedule.kind would be replaced",
-                         field="schedule.kind", fix="name the kinds with --schedules (rlsim compare) or the "
-                                                    "kinds argument")
+    check_no_single_kind({"overrides": keywords.get("overrides")})
     data, source = scenario_data(scenario, **keywords)
     per_kind, unused = compared_schedules(data.get("schedule") or {}, kinds)
     if unused:   # a knob given here that no compared kind takes is named as such first (the scenario's

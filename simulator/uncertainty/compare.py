@@ -29,8 +29,9 @@ def compare_replica_runs(spec: Any = None, schedules: Iterable[str] | str = ("co
                          metric: str = DEFAULT_METRIC, **keywords: Any) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
     """compare_replicas' summaries and, per schedule, the run summary of each replica (what
     `rlsim compare --seeds N --out DIR` writes as each schedule's replicas.csv)."""
-    from ..api import check_scenario_keywords, schedule_list
+    from ..api import check_no_single_kind, check_scenario_keywords, schedule_list
     check_scenario_keywords(keywords, "compare_replica_runs")
+    check_no_single_kind(keywords)   # each compared kind replaces it: refused, as compare refuses it
     kinds = schedule_list(schedules)
     base = plan_replicas(spec, seeds=seeds, **keywords)
     per_kind, unused = compared_schedules(base.data.get("schedule") or {}, kinds)

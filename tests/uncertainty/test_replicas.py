@@ -308,3 +308,18 @@ def test_a_keyword_typo_is_named_by_every_replica_function(toy, costs, call, nam
     with pytest.raises(RlsimError, match="did you mean 'iterations'") as caught:
         call(toy, costs)
     assert caught.value.field == "iteratons" and caught.value.message.startswith(f"{name}()")
+
+
+@pytest.mark.parametrize("keywords, field", [
+    ({"schedule": "async"}, "schedule"),
+    ({"schedule": {"kind": "stalesync", "staleness": 2}}, "schedule"),
+    ({"overrides": ["schedule.kind=async"]}, "schedule.kind"),
+])
+def test_compare_replicas_refuses_one_kind_the_compared_kinds_replace(toy, costs, keywords, field):
+    """simulator.compare and a one-seed `rlsim compare` refuse schedule= / --set schedule.kind (each
+    compared kind replaces it); compare_replicas, and so `rlsim compare --seeds N`, ran the compared
+    kinds without a word (a capacity planner's audit)."""
+    del toy["schedule"]
+    with pytest.raises(RlsimError, match="a comparison runs each of its kinds") as caught:
+        compare_replicas(toy, ["colocated", "stalesync"], seeds=2, costs=costs, **keywords)
+    assert caught.value.field == field
