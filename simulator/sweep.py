@@ -200,8 +200,25 @@ def points_from_values(values: Iterable[Mapping[str, Any]], base_fingerprint: st
             out.update(cache[key])
         return out
 
+    if isinstance(values, Mapping) or not isinstance(values, Iterable) or isinstance(values, (str, bytes)):
+        raise RlsimError(f"points_from_values takes a list of mappings, one a point, got {type(values).__name__}",
+                         field="values", fix=POINT_VALUES_FIX)
+    values = list(values)
+    for v in values:
+        point_values(v)
     return [Point(i, dict(v), point_id(v, base_fingerprint, files_of(v) if base_dirs is not None else None),
                   base_fingerprint) for i, v in enumerate(values)]
+
+
+POINT_VALUES_FIX = "give each point's values as a mapping, e.g. [{'topology.nodes': 2}, {'topology.nodes': 4}]"
+
+
+def point_values(values: Any) -> Mapping[str, Any]:
+    """A point's values: a mapping of dotted key -> value (a list of pairs raised from inside)."""
+    if not isinstance(values, Mapping):
+        raise RlsimError(f"a point's values are a mapping of dotted key -> value, got {type(values).__name__} "
+                         f"{values!r}", field="values", fix=POINT_VALUES_FIX)
+    return values
 
 
 # --------------------------------------------------------------------------- rows
@@ -1296,6 +1313,7 @@ def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, A
     """The real point function: simulate the base scenario with the point's values set."""
     from .api import simulate
 
+    point_values(values)
     try:
         result = simulate(base.spec, keep_samples=False, **base.keywords(values))   # a point keeps its summary only
     except RlsimError as exc:   # simulate names the override that gave the value: a grid value is --grid's

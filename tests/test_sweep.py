@@ -20,6 +20,7 @@ from simulator.errors import RlsimError
 from simulator.overrides import parse_assignment
 from simulator.sweep import (
     ID_COLUMN,
+    BaseScenario,
     DaskExecutor,
     LocalExecutor,
     ResultsStore,
@@ -29,7 +30,9 @@ from simulator.sweep import (
     grid_overrides,
     make_points,
     parse_grid,
+    points_from_values,
     run_sweep,
+    simulate_point,
 )
 
 
@@ -734,3 +737,18 @@ def test_seeds_1_wins_over_the_scenarios_replicas_as_run_takes_it(capsys):
                  "--set", "replicas=3", "--seeds", "1", "--jobs", "1", "--grid", "seed=0", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 1 and "error" not in rows[0] and "seeds" not in rows[0]
+
+
+@pytest.mark.parametrize("call, field", [
+    # one mapping where a list of them goes: a ValueError 'dictionary update sequence element #0'
+    (lambda: points_from_values({"topology.nodes": 2}, "x"), "values"),
+    (lambda: points_from_values([2, 4], "x"), "values"),
+    # pairs where a mapping goes: an AttributeError ('list' object has no attribute 'items')
+    (lambda: simulate_point(BaseScenario(iterations=1), [("topology.nodes", 2)]), "values"),
+])
+def test_wrong_point_values_are_named(call, field):
+    """A notebook's weak-scaling sweep with its values in the wrong shape raised from inside rlsim
+    (a capacity planner's audit)."""
+    with pytest.raises(RlsimError) as caught:
+        call()
+    assert caught.value.field == field and "{'topology.nodes'" in caught.value.fix
