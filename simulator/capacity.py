@@ -8,6 +8,7 @@ file) does the work. Cost figures come from the run summary and a price per devi
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -138,7 +139,12 @@ def _device_kinds(summary: Mapping[str, Any]) -> list[str]:
 
 def cost_fields(summary: Mapping[str, Any], price: float | None = None) -> dict[str, float | None]:
     """Device-hours per 1,000 steps, and with a price the cost per step and per hour, at the steady
-    figures."""
+    figures. ``summary`` may be a SimulationResult (as price_per_device_hour takes one)."""
+    if hasattr(summary, "summary") and hasattr(summary, "device_kinds"):   # a SimulationResult: not subscriptable
+        summary = summary.summary
+    if not isinstance(summary, Mapping) or not isinstance(summary.get("devices"), numbers.Real):   # a KeyError before
+        raise RlsimError("cannot cost this run: its summary has no device count ('devices')", field="devices",
+                         fix="pass a run summary (simulate(...).summary, a sweep row) or the SimulationResult")
     if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float))
                               or not math.isfinite(price) or price < 0):   # negative and NaN costs came out
         raise RlsimError(f"a price per device-hour must be a finite number >= 0, got {price!r}", field="price",

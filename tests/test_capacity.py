@@ -324,3 +324,15 @@ def test_wrong_capacity_arguments_are_named(call, field):
     with pytest.raises(RlsimError) as caught:
         call()
     assert caught.value.field == field and caught.value.fix
+
+
+def test_cost_fields_takes_a_result_as_pricing_does_and_names_a_summary_without_devices():
+    """price_per_device_hour took a SimulationResult, cost_fields beside it raised a TypeError ('not
+    subscriptable'); a summary without its device count a KeyError 'devices' (a capacity planner's audit)."""
+    from simulator.api import simulate
+    result = simulate({"topology": "dgx-h100", "workload": "grpo-qwen2.5-7b", "iterations": 1})
+    assert cost_fields(result, 2.5) == cost_fields(result.summary, 2.5)
+    assert cost_fields(result, 2.5)["cost_per_hour"] == pytest.approx(8 * 2.5)
+    with pytest.raises(RlsimError) as caught:
+        cost_fields({"steady_tokens_per_s": 5.0, "steady_step_time_s": 1.0}, 2.5)
+    assert caught.value.field == "devices" and "run summary" in caught.value.fix
