@@ -84,6 +84,7 @@ def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[st
     a kind the mapping leaves out (or every kind, without ``prices``) takes its device entry's
     `price_per_hour` where the topology gives one (the summary's device_prices; it was read nowhere).
     ``summary`` may be a SimulationResult, whose device kinds and counts are beside its summary."""
+    _check_prices(prices)
     if isinstance(prices, (int, float)):
         return float(prices)
     if hasattr(summary, "summary") and hasattr(summary, "device_kinds"):   # a SimulationResult
@@ -112,6 +113,19 @@ def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[st
     if isinstance(counts, Mapping) and counts and set(counts) == set(kinds):
         return sum(float(found[k]) * n for k, n in counts.items()) / sum(counts.values())
     return max(float(found[k]) for k in kinds)
+
+
+def _check_prices(prices: Any) -> None:
+    """None, one number, or a mapping of device kind -> number: the --price text ('h100=2.5') raised a
+    TypeError ('string indices') from the lookup, and a text or a bool in a mapping was read as a number."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    if prices is None or number(prices):
+        return
+    if not isinstance(prices, Mapping) or not all(isinstance(k, str) and number(v) for k, v in prices.items()):
+        raise RlsimError(f"prices are one price per device-hour or a mapping of device kind -> price, got {prices!r}",
+                         field="prices", fix="e.g. prices=2.5 or prices={'h100': 2.5, 'ascend-910c': 2.0}")
 
 
 def _price_of(kind: str, given: Mapping[str, float], own: Mapping[str, float]) -> float | None:

@@ -336,3 +336,12 @@ def test_cost_fields_takes_a_result_as_pricing_does_and_names_a_summary_without_
     with pytest.raises(RlsimError) as caught:
         cost_fields({"steady_tokens_per_s": 5.0, "steady_step_time_s": 1.0}, 2.5)
     assert caught.value.field == "devices" and "run summary" in caught.value.fix
+
+
+@pytest.mark.parametrize("prices", ["h100=2.5", "2.5", ["h100", 2.5], {"h100": "2.5"}, {"h100": True}])
+def test_prices_that_are_no_number_or_mapping_of_numbers_are_named(prices):
+    """find_smallest(..., prices='h100=2.5') (the --price text) raised a TypeError 'string indices
+    must be integers' from inside the price lookup (a capacity planner's audit)."""
+    with pytest.raises(RlsimError) as caught:
+        price_per_device_hour({"device_kinds": ["h100"], "devices": 8}, prices)
+    assert caught.value.field == "prices" and "{'h100': 2.5" in caught.value.fix
