@@ -172,6 +172,15 @@ V1_NOTE = ("no trainer.use_v1 / trainer.v1.* key: read as verl 0.4-0.7's main_pp
            "colocated); verl 0.9 runs its v1 trainer by default: pass trainer.use_v1=true (kind verl-sync) to match it")
 MAX_NUM_SEQS_NOTE = (f"{A}.rollout.max_num_seqs: verl 0.6+ hands it to vLLM, as rlsim reads it; verl 0.4-0.5 did not "
                      "(vLLM's own default ran: 1024 sequences on GPUs of >= 70 GiB, 256 below)")
+# rollout.max_num_seqs' default: 1024 in verl 0.6 - 0.8 (trainer/config/rollout/rollout.yaml, read in the
+# 0.6.1, 0.7.0 and 0.8.0 wheels; DEFAULTS), 256 in 0.9 (the 0.9.1 wheel's rollout.yaml). As for
+# use_remove_padding, a config is read as verl 0.6 runs it save the v1 recipes, which only 0.9 has.
+VERL_09_MAX_NUM_SEQS = 256
+MAX_NUM_SEQS_DEFAULT_NOTE = (f"{A}.rollout.max_num_seqs not given: verl 0.6-0.8's default 1024, which rlsim takes; "
+                             f"verl 0.9 defaults to {VERL_09_MAX_NUM_SEQS}: give {A}.rollout.max_num_seqs="
+                             f"{VERL_09_MAX_NUM_SEQS} to match it")
+MAX_NUM_SEQS_V1_NOTE = (f"{A}.rollout.max_num_seqs not given: verl 0.9's default {VERL_09_MAX_NUM_SEQS}, which rlsim "
+                        "takes for its v1 trainer; verl 0.6-0.8 defaulted to 1024")
 
 # verl rollout / actor keys -> the rlsim field they set (only when the config gives them: rlsim's own
 # defaults stand otherwise, see docs/guides/frameworks.md).
@@ -1584,8 +1593,21 @@ def _rollout_layout(v: Values, recipe: str, decided: dict[str, tuple[Status, str
     layout = {"tp": v.count(f"{r}.tensor_model_parallel_size"), "ep": _engine_data_parallel(v),
               "gpu_memory_utilization": v.fraction(share),
               "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
-    layout["max_num_seqs"] = v.count(f"{r}.max_num_seqs")   # vLLM's max_num_seqs, SGLang's max_running_requests
+    layout["max_num_seqs"] = _max_num_seqs(v, recipe)   # vLLM's max_num_seqs, SGLang's max_running_requests
     return layout
+
+
+def _max_num_seqs(v: Values, recipe: str) -> int:
+    """rollout.max_num_seqs; absent, the default of the verl that runs the recipe (MAX_NUM_SEQS_DEFAULT_NOTE),
+    with a note saying which was taken."""
+    key = f"{A}.rollout.max_num_seqs"
+    if v.given(key):
+        return v.count(key)
+    if recipe in V1_RECIPES:
+        v.result.notes.append(MAX_NUM_SEQS_V1_NOTE)
+        return VERL_09_MAX_NUM_SEQS
+    v.result.notes.append(MAX_NUM_SEQS_DEFAULT_NOTE)
+    return v.count(key)
 
 
 def _engine_data_parallel(v: Values) -> int:

@@ -227,6 +227,21 @@ def test_verl_enforce_eager_default_changed_with_the_version_so_the_import_says_
     assert given.scenario["workload"]["inference"]["enforce_eager"] is True
 
 
+def test_verl_max_num_seqs_default_is_the_verl_that_runs_the_recipe():
+    """rollout.max_num_seqs not given: verl 0.6-0.8's 1024 for the recipes they run, 0.9's 256 (its
+    rollout.yaml) for the v1 recipes only 0.9 has; a note says which was taken, none where it is given."""
+    legacy = import_config("verl", EXAMPLES / "verl-one-step-off-qwen2.5-7b.yaml")
+    assert legacy.scenario["workload"]["rollout_layout"]["max_num_seqs"] == 1024
+    assert verl.MAX_NUM_SEQS_DEFAULT_NOTE in legacy.notes
+    v1 = import_config("verl", EXAMPLES / "verl-v1-sync-dapo-qwen2.5-7b.yaml")
+    assert v1.scenario["workload"]["rollout_layout"]["max_num_seqs"] == verl.VERL_09_MAX_NUM_SEQS == 256
+    assert verl.MAX_NUM_SEQS_V1_NOTE in v1.notes and verl.MAX_NUM_SEQS_DEFAULT_NOTE not in v1.notes
+    given = import_config("verl", EXAMPLES / "verl-v1-sync-dapo-qwen2.5-7b.yaml",
+                          ["actor_rollout_ref.rollout.max_num_seqs=512"])
+    assert given.scenario["workload"]["rollout_layout"]["max_num_seqs"] == 512
+    assert verl.MAX_NUM_SEQS_V1_NOTE not in given.notes
+
+
 def test_verl_sglang_rollout_runs_sglang_056_under_the_knobs_verl_passes():
     """verl 0.7's SGLang server takes tp, mem_fraction_static, max_running_requests = max_num_seqs and
     disable_cuda_graph = enforce_eager; SGLang 0.5.6's defaults stand for the rest (blocking prefill
