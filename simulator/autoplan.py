@@ -48,7 +48,7 @@ from .planner import (
 )
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
-from .rl.packing import heaviest_micro_batch, micro_batch_order, samples_per_micro_batch
+from .rl.packing import heaviest_micro_batch, micro_batch_order, pack_width, samples_per_micro_batch
 from .rl.pools import aux_devices_with_room, requested_rollout_devices, served_devices
 from .rl.schedules.batches import draw_lengths
 from .rl.schedules.failures import ReplanOutcome
@@ -108,12 +108,22 @@ def engine_rollout_notes(workload: Any, model: Any, topology: Any, ranks: Any, p
 
 
 def _lengths(sc: Scenario) -> tuple[int, int, int]:
+    """(prompt median, response median, packed row width) the planner judges layouts on: the medians
+    of the laws the run draws from (LengthDistribution.median_at: a lognormal law's median, its
+    default where the law leaves it out; an empirical law's, of its file's lengths) and the run's own
+    row width (rl/packing.pack_width)."""
     w = sc.workload
-    p_med = int(w.prompt_length.get("median", 512) or 512)
-    r_med = int(w.response_length.get("median", 2048) or 2048)
-    row = int(sc.schedule.pack_tokens or (int(w.prompt_length.get("max", 0) or 0)
-                                          + int(w.response_length.get("max", 0) or 0)) or p_med + r_med)
-    return p_med, r_med, row
+    p_med, r_med = (int(LengthDistribution.from_mapping(law, sc.source, f"workload.{key}").median_at(0))
+                    for key, law in (("prompt_length", w.prompt_length), ("response_length", w.response_length)))
+    return p_med, r_med, int(pack_width(sc.schedule.pack_tokens, w.prompt_length, w.response_length))
+
+
+def _rollout_lengths(sc: Scenario) -> dict[str, int]:
+    """The rollout planner's prompt_len / response_len: the laws' medians (_lengths), each where the
+    scenario's planner.rollout does not give it (a run's plan and its failure re-plans alike)."""
+    p_med, r_med, _ = _lengths(sc)
+    user = (sc.planner.get("rollout") or {}).keys()
+    return {k: v for k, v in (("prompt_len", p_med), ("response_len", r_med)) if k not in user}
 
 
 def train_batch(sc: Scenario) -> tuple[int, int]:
@@ -473,10 +483,9 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
         out.detail["train"] = {"layout": lay, "evaluated": plan.evaluated, "planning_cost_s": plan.planning_cost_s,
                                "devices": len(train_ranks), "global_batch_rows": batch, "seq_len": row}
     if w.rollout_layout == "auto":
-        p_med, r_med, _ = _lengths(sc)
         user = set((sc.planner.get("rollout") or {}).keys())
-        update: dict[str, Any] = {k: v for k, v in (("prompt_len", p_med), ("response_len", r_med)) if k not in user}
-        space, inference, at_layout = engine_rollout(w, model, topology, roll_ranks, settings.rollout.model_copy(update=update), user,
+        space, inference, at_layout = engine_rollout(w, model, topology, roll_ranks,
+                                                     settings.rollout.model_copy(update=_rollout_lengths(sc)), user,
                                                      sc.source)
         engine_share = colocated_engine_share(sc, topology, model, out.layouts.get("train", w.train_layout),
                                               train_ranks, space.gpu_memory_utilization)
@@ -683,8 +692,7 @@ class PlannerReplanner:
         lay = self.sc.workload.rollout_layout
         lay = lay if isinstance(lay, dict) else {}
         fixed = {k: [int(lay[k])] for k in ("tp", "ep", "pp", "max_num_seqs") if k in lay}
-        p_med, r_med, _ = _lengths(self.sc)
-        space = self.settings.rollout.model_copy(update={"prompt_len": p_med, "response_len": r_med, **fixed})
+        space = self.settings.rollout.model_copy(update={**_rollout_lengths(self.sc), **fixed})
         space, inference, at_layout = engine_rollout(self.sc.workload, self.model, self.topology, alive, space, set(fixed),
                                                      self.sc.source)
         plan = plan_rollout(self.model, self.topology, ranks=alive, space=space, params=self.settings.params, top=1,

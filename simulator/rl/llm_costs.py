@@ -70,7 +70,7 @@ from ..scenario import Scenario
 from ..units import capacity_text
 from .algorithms import FORWARD, TRAIN, build_algorithm
 from .costs import RolloutOutcome, StageCost, SwitchCost
-from .packing import heaviest_micro_batch, micro_batch_permutation, replica_contiguous_ranks
+from .packing import heaviest_micro_batch, micro_batch_permutation, pack_width, replica_contiguous_ranks
 from .pools import SERVED_FIELDS, SERVED_NAMES, resolve_auto_layouts, role_pool
 
 # Engine state copies kept per rollout run (every N events): a speed knob only, results do not
@@ -536,8 +536,7 @@ class LlmCosts:
         # the run's multi-turn trajectories on its request-fed servers (rollout_server)
         self._trajectories = None if self.turn_law is None else TurnRegistry(self.turn_law, self.seed)
         self.balanced = sched.micro_batching == "balanced" and sched.distqueue.packed
-        self.pack_tokens = float(sched.pack_tokens or (float(w.prompt_length.get("max", 0) or 0)
-                                                       + float(w.response_length.get("max", 0) or 0)) or 4096)
+        self.pack_tokens = pack_width(sched.pack_tokens, w.prompt_length, w.response_length)
         self._ref: dict[tuple, tuple[float, StageCost]] = {}
         # params_of's copies at a resolved row width, by (id of the params, width), with those params
         self._row_width_params: dict[tuple[int, int], tuple[TrainParams, TrainParams]] = {}

@@ -13,8 +13,27 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+
+# The packed row width (schedule.pack_tokens) of a run whose length laws give no cap
+# (workload.prompt_length.max and response_length.max both unset): no framework packs without a
+# sequence cap (verl data.max_prompt_length + max_response_length, NeMo RL
+# policy.max_total_sequence_length), so there is no framework figure to take; assumed, and set by
+# schedule.pack_tokens. The run (rl/llm_costs.py) and the planner (autoplan.py) both read it here.
+UNCAPPED_PACK_TOKENS = 4096
+
+
+def pack_width(pack_tokens: int | None, prompt_length: Mapping[str, Any], response_length: Mapping[str, Any]) -> float:
+    """Tokens of a packed training row: ``pack_tokens`` (schedule.pack_tokens) where given, else the
+    longest sample the laws draw (prompt max + response max, the caps given), else
+    UNCAPPED_PACK_TOKENS."""
+    if pack_tokens:
+        return float(pack_tokens)
+    caps = float(prompt_length.get("max", 0) or 0) + float(response_length.get("max", 0) or 0)
+    return caps or float(UNCAPPED_PACK_TOKENS)
 
 
 def samples_per_micro_batch(lens: np.ndarray, pack_tokens: float, rows: int, dp: int) -> int:
