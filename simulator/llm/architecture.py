@@ -64,7 +64,9 @@ MAMBA_BLOCK, ATTENTION_BLOCK, MLP_BLOCK = "M", "*", "-"
 # tokens C.B^T (2 Q N) and its product with X (2 Q P), across chunks the chunk state B^T.X and its
 # read-out C.state (2 N P each).
 SSM_RECURRENT_FLOPS_PER_STATE_ELEM = 5.0
-SSD_CHUNK_TOKENS = 128      # Nemotron-H config.json chunk_size (the mamba_ssm kernels' default block)
+# The SSD scan's chunk of a Mamba-2 model whose config.json gives no `chunk_size` (ModelSpec.ssd_chunk_tokens
+# reads it): HF NemotronHConfig's default chunk_size and the mamba_ssm kernels' default block.
+SSD_CHUNK_TOKENS = 128
 
 MAMBA_MIXER_TENSORS = 8      # in_proj, conv1d weight + bias, dt_bias, A_log, D, norm, out_proj (HF NemotronHMamba2Mixer)
 # Gated DeltaNet (arXiv 2412.06464; Qwen3-Next's linear attention, HF Qwen3NextGatedDeltaNet): a state
@@ -149,6 +151,8 @@ class ModelSpec:
     ssm_state_size: int = 0
     mamba_n_groups: int = 1
     mamba_conv_kernel: int = 4
+    # tokens of a chunk of the chunked SSD scan (prefill, training): config.json chunk_size
+    ssd_chunk_tokens: int = SSD_CHUNK_TOKENS
     # Sliding-window attention (gpt-oss, Gemma 2 / 3, Mistral 7B v0.1): the layers at these indices
     # attend to the last `sliding_window` tokens only (each query its window, causal), the others to
     # the whole sequence. () / 0: every attention layer full.
@@ -243,6 +247,9 @@ class ModelSpec:
                 if not getattr(self, name) > 0:
                     raise RlsimError(f"{name} must be > 0 for Mamba blocks, got {getattr(self, name)}", source=src,
                                      field=name)
+            if not self.ssd_chunk_tokens > 0:
+                raise RlsimError(f"the SSD scan's chunk must be > 0 tokens, got {self.ssd_chunk_tokens}", source=src,
+                                 field="chunk_size", fix="give chunk_size as in the model's config.json (Nemotron-H: 128)")
 
     def _check_windows(self, src: str) -> None:
         if self.sliding_window <= 0 or not self.sliding_layers:
@@ -562,7 +569,7 @@ class ModelSpec:
         if recurrent:
             scan = SSM_RECURRENT_FLOPS_PER_STATE_ELEM * heads * p * n
         else:
-            scan = 2.0 * heads * (SSD_CHUNK_TOKENS * (n + p) + 2 * n * p)
+            scan = 2.0 * heads * (self.ssd_chunk_tokens * (n + p) + 2 * n * p)
         conv = 2.0 * self.mamba_conv_kernel * self.mamba_conv_dim
         return self.num_mamba_layers * (scan + conv)
 
@@ -1152,7 +1159,8 @@ def _hybrid_fields(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
             "mamba_head_dim": _int(cfg, source, "mamba_head_dim", default=0),
             "ssm_state_size": _int(cfg, source, "ssm_state_size", "state_size", default=0),
             "mamba_n_groups": _int(cfg, source, "n_groups", "mamba_n_groups", default=1),
-            "mamba_conv_kernel": _int(cfg, source, "conv_kernel", "mamba_d_conv", default=4)}
+            "mamba_conv_kernel": _int(cfg, source, "conv_kernel", "mamba_d_conv", default=4),
+            "ssd_chunk_tokens": _int(cfg, source, "chunk_size", default=SSD_CHUNK_TOKENS)}
 
 
 def with_value_head(model: ModelSpec) -> ModelSpec:

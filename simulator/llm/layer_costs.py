@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import RlsimError
+from .architecture import GDN_CHUNK_TOKENS
 
 
 def _get(model: Any, name: str, default: Any = 0) -> Any:
@@ -78,6 +79,9 @@ class LayerShape:
     # stored in_proj-output + scan-output width per token, and the row-parallel outputs (TP all-reduces
     # forward) of the layer: 2 for attention + MLP, 1 for one hybrid block.
     ssm_flops_per_token: float = 0.0
+    # the scan's chunk (tokens): the sequence length its matmul-like kernels' shape ramp is taken at
+    # (Mamba-2: ModelSpec.ssd_chunk_tokens; Gated DeltaNet: GDN_CHUNK_TOKENS)
+    scan_chunk_tokens: int = 0
     mixer_units: float = 0.0
     tp_reductions: float = 2.0
     # Elements a token's rotary position embedding rotates (query and key heads x the rotated dim; MLA:
@@ -160,7 +164,7 @@ def _linear_mixer(model: Any) -> tuple[list[Gemm], dict[str, float]]:
     inner = int(model.linear_value_heads * model.linear_value_dim)
     gemms = [Gemm("gdn_in", h * width, width), Gemm("gdn_out", inner * h, h, split="k")]
     return gemms, {"ssm_flops_per_token": model.linear_flops_per_token() / model.num_linear_layers,
-                   "mixer_units": float(width + inner)}
+                   "scan_chunk_tokens": GDN_CHUNK_TOKENS, "mixer_units": float(width + inner)}
 
 
 def _mlp_gemms(h: int, ffn: int, gated: bool, prefix: str, expert: bool = False) -> list[Gemm]:
@@ -176,7 +180,7 @@ def _hybrid_shapes(model: Any, attn: list[Gemm], heads: int, kv: int, qk: int, v
     per_layer_ssm = model.ssm_flops_per_token() / max(model.num_mamba_layers, 1)
     mamba = LayerShape(False, (Gemm("mamba_in", h * model.mamba_in_proj_width, model.mamba_in_proj_width),
                                Gemm("mamba_out", model.mamba_inner * h, h, split="k")), 0, 0, 0, 0,
-                       ssm_flops_per_token=per_layer_ssm, tp_reductions=1.0,
+                       ssm_flops_per_token=per_layer_ssm, scan_chunk_tokens=int(model.ssd_chunk_tokens), tp_reductions=1.0,
                        mixer_units=float(model.mamba_in_proj_width + model.mamba_inner))
     kinds = {"M": mamba, "*": LayerShape(False, tuple(attn), heads, kv, qk, vd, tp_reductions=1.0),
              "-": LayerShape(False, tuple(_mlp_gemms(h, int(model.ffn_hidden), gated, "mlp")), 0, 0, 0, 0,

@@ -12,7 +12,6 @@ from functools import lru_cache
 import numpy as np
 
 from ..params import ComputeParams
-from .architecture import SSD_CHUNK_TOKENS
 from .layer_costs import LayerShape
 
 __all__ = ["ComputeParams", "DeviceRates", "LayerTimes", "attention_time_s", "gemm_time_s", "gemm_times", "layer_times",
@@ -212,8 +211,8 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     fwd = fwd + attn_f + elem
     if backward:
         bwd = bwd + attn_b + params.backward_traffic_factor * elem
-    if layer.ssm_flops_per_token:   # Mamba-2 SSD scan: matmul-like kernels, rated as flash attention
-        scan = attention_time_s(tokens * layer.ssm_flops_per_token / tp, np.full(n_m, float(SSD_CHUNK_TOKENS)),
+    if layer.ssm_flops_per_token:   # Mamba-2 SSD / Gated DeltaNet chunked scan: matmul-like kernels, rated as flash attention
+        scan = attention_time_s(tokens * layer.ssm_flops_per_token / tp, np.full(n_m, float(layer.scan_chunk_tokens)),
                                 rates, params, params.flash_efficiency_ratio)
         fwd = fwd + scan
         if backward:
