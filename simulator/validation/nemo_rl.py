@@ -66,7 +66,9 @@ NEMO_REFERENCE_SWAP_COPIES = 3
 DAPO_MAX_GEN_BATCHES = 10
 # Rule-reward workers shared by the job (workload.reward.workers): the environment's Ray actors,
 # env.math.num_workers 8 in grpo_math_1B.yaml (the GRPO rows), env.dapo.num_workers 64 in the DAPO
-# recipe (../shared/reference/nemo-v05/). The time per sample stays rlsim's assumed 0.05 s.
+# recipe (../shared/reference/nemo-v05/). The time each takes a sample is the default rule reward's
+# (workload.reward.cpu_s_per_sample / cpu_s_per_token: params.MATH_VERIFY_*, Math-Verify as NeMo RL's
+# math environment calls it), the same in every row.
 REWARD_WORKERS = {"grpo": 8, "dapo": 64}
 
 
