@@ -613,6 +613,12 @@ class ModelSpec:
         return (matmuls + 3.0 * self.attention_flops_per_context_token() * context
                 + 3.0 * self.ssm_flops_per_token())
 
+    @property
+    def gdn_chunk_tokens(self) -> int:
+        """The chunk of a Gated DeltaNet layer's chunked scan (GDN_CHUNK_TOKENS: fla's kernel fixes it), for
+        layer_costs, which reads this module's specs without importing it."""
+        return GDN_CHUNK_TOKENS
+
     @cached_property
     def params_adapter_total(self) -> float:
         """LoRA adapter parameters of the whole model (every expert's): what an adapter refit sends."""

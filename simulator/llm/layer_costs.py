@@ -14,7 +14,6 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import RlsimError
-from .architecture import GDN_CHUNK_TOKENS
 
 
 def _get(model: Any, name: str, default: Any = 0) -> Any:
@@ -80,7 +79,7 @@ class LayerShape:
     # forward) of the layer: 2 for attention + MLP, 1 for one hybrid block.
     ssm_flops_per_token: float = 0.0
     # the scan's chunk (tokens): the sequence length its matmul-like kernels' shape ramp is taken at
-    # (Mamba-2: ModelSpec.ssd_chunk_tokens; Gated DeltaNet: GDN_CHUNK_TOKENS)
+    # (Mamba-2: ModelSpec.ssd_chunk_tokens; Gated DeltaNet: ModelSpec.gdn_chunk_tokens)
     scan_chunk_tokens: int = 0
     mixer_units: float = 0.0
     tp_reductions: float = 2.0
@@ -164,7 +163,7 @@ def _linear_mixer(model: Any) -> tuple[list[Gemm], dict[str, float]]:
     inner = int(model.linear_value_heads * model.linear_value_dim)
     gemms = [Gemm("gdn_in", h * width, width), Gemm("gdn_out", inner * h, h, split="k")]
     return gemms, {"ssm_flops_per_token": model.linear_flops_per_token() / model.num_linear_layers,
-                   "scan_chunk_tokens": GDN_CHUNK_TOKENS, "mixer_units": float(width + inner)}
+                   "scan_chunk_tokens": model.gdn_chunk_tokens, "mixer_units": float(width + inner)}
 
 
 def _mlp_gemms(h: int, ffn: int, gated: bool, prefix: str, expert: bool = False) -> list[Gemm]:
