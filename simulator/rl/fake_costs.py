@@ -150,6 +150,9 @@ class FakeCosts:
     def train_flops_per_token(self, seq_len):
         return self.flops_per_token
 
+    def rollout_flops_per_token(self, context_len):
+        return self.flops_per_token / 3   # rollout()'s flops: a forward, a third of a training token's
+
     def train_layout_of(self, ranks):
         return {}
 

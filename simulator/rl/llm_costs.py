@@ -770,7 +770,7 @@ class LlmCosts:
         else:
             total = np.sum(np.asarray(prompt_lens, float) + np.asarray(response_lens, float))
         # np.mean(tokens) is this sum / len: one reduction serves both
-        flops = float(total * self.model.forward_flops_per_token(float(total / len(prompts)) / 2)) \
+        flops = float(total * self.rollout_flops_per_token(float(total / len(prompts)) / 2)) \
             if len(prompts) else 0.0
         return flops, np.asarray(prompt_lens, np.int64), np.asarray(response_lens, np.int64)
 
@@ -1816,6 +1816,10 @@ class LlmCosts:
 
     def train_flops_per_token(self, seq_len) -> float:
         return float(self.model.train_flops_per_token(seq_len))
+
+    def rollout_flops_per_token(self, context_len: float) -> float:
+        """As _rollout_inputs counts a rollout's flops: the policy's forward at the mean context."""
+        return float(self.model.forward_flops_per_token(context_len))
 
 
 def _switch_parts(host: Mapping[str, float], pageable: Mapping[str, float], moved: Mapping[str, float], link: float,

@@ -269,7 +269,7 @@ class Rollouter:
         ctx.queue.write(with_teacher_payload(ctx, payload_bytes_each(lens, ctx.sched.distqueue, pad_len=ctx.pad_len), lens),
                         np.full(len(seqs), t + reward_s))
         tokens = float(lens.sum())
-        ctx.totals.gen_flops += tokens * ctx.costs.train_flops_per_token(float(lens.mean()) / 2) / 3
+        ctx.totals.gen_flops += tokens * ctx.costs.rollout_flops_per_token(float(lens.mean()) / 2)   # as rollout() counts
         ctx.totals.generated_tokens += float(seqs.target_len.sum())
         accepted = not (seqs.drop_reason != "").any()
         self._group_done(accepted)

@@ -351,3 +351,21 @@ def test_a_versions_quota_forgives_float_round_off():
     from simulator.rl.schedules.verl_async import version_quota
     assert version_quota(0.16, 25) == 29 and version_quota(0.1, 30) == 33 and version_quota(0.0, 32) == 32
     assert version_quota(0.5, 5) == 7   # a real fraction still floors
+
+
+class _OwnRolloutFlops(FakeCosts):
+    """FakeCosts whose rollout forward is not a third of its training token (LoRA's base takes no weight
+    gradient: 4 N + 6 N_adapter a training token against 2 N a forward one)."""
+
+    def rollout_flops_per_token(self, context_len):
+        return 7.0
+
+
+def test_generated_tokens_are_counted_at_the_costs_rollout_flops_as_rollout_counts_them():
+    """verl-fully-async counted a generated token at a third of a training token (train_flops_per_token
+    / 3), not the rollout's forward that the other kinds' rollout() reports: with LoRA that is
+    (4 N + 6 N_adapter) / 3 for 2 N, MFU off by a third (a constants audit)."""
+    costs = _OwnRolloutFlops(instance_devices=2, train_group_devices=2, sync_s=0.5, instance_max_seqs=8)
+    rec, _, sm, _ = run(scenario(), costs=costs, resp=const(400))
+    assert len(sm) > 0
+    assert rec.gen_flops == pytest.approx(7.0 * 450 * len(sm), rel=1e-12)
