@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from .engine_software import stage_forced_notes
-from .errors import ReadPastError, RlsimError, blamed_on_set, raised_from
+from .errors import RlsimError, blamed_on_set, raised_from
 from .hardware.topology import load_topology
 from .json_text import json_text
 from .llm.lengths import LengthDistribution, cap_notes
@@ -33,7 +33,9 @@ from .scenario import (
     compared_schedules,
     load_scenario,
     scenario_data,
+    schedule_left_out_notes,
     validate_scenario,
+    validated_reading_past,
 )
 
 if TYPE_CHECKING:
@@ -368,7 +370,8 @@ def _simulate(sc: Scenario, costs: Any, progress: Any, keep_samples: bool,
     # what a reader of the figures must know (the console prints them as notes; --json and the API carry them)
     summary["notes"] = (metrics.summary_notes(summary) + cap_notes(prompt, resp) + _pool_kinds_note(rec, topology, costs.instance_devices)
                         + _pack_note(sc, prompt, resp) + list(getattr(costs, "engine_notes", ()))
-                        + stage_forced_notes(sc.workload.engine, summary.get("layouts", {}).get("rollout", {}).get("pp")))
+                        + stage_forced_notes(sc.workload.engine, summary.get("layouts", {}).get("rollout", {}).get("pp"))
+                        + schedule_left_out_notes(sc))
     summary["warnings"] = []   # always there, as the notes (a notebook read it with .get)
     idle = n_devices - sum(pool.count for pool in rec.pools.values())
     if idle > 0:   # issue 14: said, not only shown as the placement bubble
@@ -567,17 +570,9 @@ def _for_kind(validate: Callable[[dict[str, Any]], Scenario], data: Mapping[str,
     ``dropped`` (a kind other than the scenario's own): a schedule knob of the scenario (not one of
     the ``given`` --set knobs: the kind's refusal names those) the kind reads past is left out and
     listed there; the scenario's own kind refuses it: it is the user's to remove."""
-    schedule = dict(schedule)
-    while True:
-        try:
-            return _with_own_timers(validate, data, schedule)
-        except ReadPastError as exc:
-            knob = (exc.field or "").removeprefix("schedule.").split(".")[0]
-            if dropped is None or not (exc.field or "").startswith("schedule.") or knob not in schedule \
-                    or knob in ("kind", "placement", *given):
-                raise
-            dropped.append((knob, exc.message))
-            del schedule[knob]
+    droppable = set(schedule) - {"kind", "placement", *given} if dropped is not None else ()
+    return validated_reading_past(lambda kept: _with_own_timers(validate, data, kept), schedule, droppable,
+                                  [] if dropped is None else dropped)
 
 
 def _with_own_timers(validate: Callable[[dict[str, Any]], Scenario], data: Mapping[str, Any],

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import (
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -2006,6 +2007,15 @@ class Scenario(_Strict):
     source: str = "<defaults>"
     # the registry `schedule` is validated by, for errors.validation_error's field suggestions
     field_models: ClassVar[dict[str, Mapping[str, type]]] = {"schedule": SCHEDULE_CLASSES}
+    # (knob, why) of each knob of the scenario's schedule section that a kind named alone left out
+    # (load_scenario's schedule="KIND": schedule_under_kind); no field: snapshots hold the knobs kept
+    _schedule_left_out: tuple[tuple[str, str], ...] = PrivateAttr(default=())
+
+    @property
+    def schedule_left_out(self) -> tuple[tuple[str, str], ...]:
+        """(knob, why) of the schedule knobs of the scenario that the kind named alone (``schedule="KIND"``,
+        --schedule KIND) does not take or reads past, left out of the run (api.simulate notes them)."""
+        return self._schedule_left_out
 
     @field_validator("schedule", mode="before")
     @classmethod
@@ -2098,6 +2108,12 @@ def deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = copy.deepcopy(value)
     return out
 
+
+# A kind named alone (load_scenario's schedule="KIND", --schedule KIND, a sweep's schedule=KIND grid
+# value) over a schedule section travels under this key from scenario_data to _validate (removed
+# there): {"left_out": [(knob, why)] the kind does not take, "droppable": the knobs kept from the
+# section, left out too where the kind reads them past}.
+_KIND_ALONE = "_schedule_kind_alone"
 
 # The file a workload section was read from travels under this key from scenario_data to _validate
 # (removed there), so that an error in a `--workload FILE` names FILE, not the scenario around it.
@@ -2215,7 +2231,39 @@ def _check_workload_base(workload: Any, source: str, workload_file: str | None) 
 
 
 def _validate(data: dict[str, Any], source: str) -> Scenario:
+    """The validated scenario; under a kind named alone (_KIND_ALONE), the section's knobs the kind
+    reads past (a ReadPastError) are left out too, as `rlsim compare` leaves them out of its kinds."""
     data = dict(data)
+    alone = data.pop(_KIND_ALONE, None)
+    if alone is None:
+        return _validate_as_given(data, source)
+    read_past: list[tuple[str, str]] = []
+    scenario = validated_reading_past(lambda schedule: _validate_as_given({**data, "schedule": schedule}, source),
+                                      data["schedule"], alone["droppable"], read_past)
+    kind = scenario.schedule.kind
+    scenario._schedule_left_out = (*(tuple(item) for item in alone["left_out"]),
+                                   *((knob, f"is not read under {kind} ({why})") for knob, why in read_past))
+    return scenario
+
+
+def validated_reading_past(validate: Callable[[dict[str, Any]], Scenario], schedule: Mapping[str, Any],
+                           droppable: Iterable[str], dropped: list[tuple[str, str]]) -> Scenario:
+    """``validate(schedule)``, each knob of ``droppable`` that the kind reads past (the ReadPastError
+    naming it: a verl import's colocated `switch` under verl-fully-async without dynamic_resources)
+    left out of the schedule and listed in ``dropped`` as (knob, why); any other error is raised."""
+    schedule, droppable = dict(schedule), set(droppable)
+    while True:
+        try:
+            return validate(dict(schedule))
+        except ReadPastError as exc:
+            knob = (exc.field or "").removeprefix("schedule.").split(".")[0]
+            if not (exc.field or "").startswith("schedule.") or knob not in schedule or knob not in droppable:
+                raise
+            dropped.append((knob, exc.message))
+            del schedule[knob]
+
+
+def _validate_as_given(data: dict[str, Any], source: str) -> Scenario:
     workload_file, set_keys = data.pop(_WORKLOAD_SOURCE, (None, ()))
     _check_workload_base(data.get("workload"), source, workload_file)
     _check_law_numbers(data.get("workload"), source, workload_file, set_keys)
@@ -2610,6 +2658,29 @@ def compared_schedules(given: Mapping[str, Any], kinds: Iterable[str]) -> tuple[
     return per_kind, unused
 
 
+def schedule_under_kind(given: Any, kind: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The schedule section under ``kind`` named alone over ``given`` (the scenario's section): the
+    knobs given that the kind takes (compared_schedules, as `rlsim compare` gives each of its kinds
+    them), and (knob, why) of those it does not take, left out. An unknown kind: {kind} alone, for
+    the schema to refuse."""
+    if not isinstance(given, Mapping) or not isinstance(kind, str) or kind not in SCHEDULE_CLASSES:
+        return {"kind": kind}, []
+    per_kind, unused = compared_schedules(given, [kind])
+    left_out = []
+    for knob in unused:
+        takers = ScheduleConfig.kinds_accepting(knob)
+        why = f"applies to {' / '.join(takers)}" if takers else "is no schedule knob of any kind"
+        left_out.append((knob, why))
+    return per_kind[kind], left_out
+
+
+def schedule_left_out_notes(scenario: Scenario) -> list[str]:
+    """A note per schedule knob of the scenario that the kind named alone left out (Scenario.schedule_left_out)."""
+    kind = scenario.schedule.kind
+    return [f"schedule.{knob} {why}; {kind} runs without it (a kind named alone keeps the scenario's schedule "
+            "knobs it takes)" for knob, why in scenario.schedule_left_out]
+
+
 def _reference_swap_switch(given: Mapping[str, Any], keep: Iterable[str]) -> dict[str, Any]:
     """For a kind that takes no `switch` (split pools): the given switch.host_link_efficiency when
     the reference swaps read it (schedule.reference_swap_copies), as that kind's switch section."""
@@ -2639,8 +2710,12 @@ def load_scenario(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
                   topology: Any = None, workload: Any = None, schedule: Any = None,
                   overrides: Iterable[str] = (), iterations: int | None = None,
                   seed: int | None = None) -> Scenario:
-    """Build the validated, frozen scenario. Keywords replace whole sections; ``overrides`` are
-    ``--set KEY=VALUE`` items applied last (a preset-name section becomes {preset: name, ...})."""
+    """Build the validated, frozen scenario. Keywords replace whole sections, but for ``schedule``
+    given as a kind name alone ("colocated"): it keeps the knobs of the scenario's schedule section
+    that the kind takes (as `rlsim compare` does) and leaves out the others, and those it reads past,
+    each listed in Scenario.schedule_left_out (a run's summary notes them); a mapping replaces the
+    section. ``overrides`` are ``--set KEY=VALUE`` items applied last (a preset-name section becomes
+    {preset: name, ...}; `schedule.kind=KIND` changes the kind, every knob staying as given)."""
     data, source = scenario_data(spec, topology=topology, workload=workload, schedule=schedule,
                                  overrides=overrides, iterations=iterations, seed=seed)
     _refuse_distributions(data, source)
@@ -2710,8 +2785,7 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
         data["topology"] = topology
     if workload is not None:
         data["workload"] = workload
-    if schedule is not None:
-        data["schedule"] = {"kind": schedule} if isinstance(schedule, str) else schedule
+    alone = None if schedule is None else _put_schedule(data, schedule, overrides)
     if isinstance(data.get("schedule"), str):
         data["schedule"] = {"kind": data["schedule"]}
     if iterations is not None:
@@ -2738,7 +2812,26 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
         data[_WORKLOAD_SOURCE] = (workload_source, (*set_keys, *beside))
     if isinstance(data.get("schedule"), str):
         data["schedule"] = {"kind": data["schedule"]}
+    if alone:
+        data[_KIND_ALONE] = alone
     return data, source
+
+
+def _put_schedule(data: dict[str, Any], schedule: Any, overrides: list[str]) -> dict[str, Any] | None:
+    """The `schedule` keyword into ``data``: a mapping replaces the section; a kind named alone keeps
+    the section's knobs it takes (schedule_under_kind), the others left out, returned for _KIND_ALONE
+    (None: nothing left out or droppable), unless an override replaces the section or its kind (then
+    the kind alone, as before)."""
+    set_keys = {parse_assignment(o)[0] for o in overrides}
+    if not isinstance(schedule, str) or set_keys & {"schedule", "schedule.kind"}:
+        data["schedule"] = {"kind": schedule} if isinstance(schedule, str) else schedule
+        return None
+    given = data.get("schedule")
+    section, left_out = schedule_under_kind({"kind": given} if isinstance(given, str) else given, schedule)
+    data["schedule"] = section
+    set_knobs = {key.split(".")[1] for key in set_keys if key.startswith("schedule.")}
+    droppable = sorted(set(section) - {"kind", "placement"} - set_knobs)
+    return {"left_out": left_out, "droppable": droppable} if left_out or droppable else None
 
 
 def _count(n: int) -> str:

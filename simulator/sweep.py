@@ -1247,11 +1247,16 @@ class BaseScenario:
         # then apply to each grid value (after them it would replace the section they set); so it
         # does before the grid keys under it, whatever order --grid gave them in (the point id is
         # order-free, so the other order failed every point under the same ids)
-        grid = _sections_first(grid_overrides(values or {}))
+        # A kind named alone (schedule=async) is load_scenario's schedule keyword, as --schedule is: it
+        # keeps the knobs of the scenario's schedule section that the kind takes (a verl import's switch,
+        # refit and micro-batching were dropped by a section replaced whole); a mapping replaces it.
+        values = dict(values or {})
+        schedule = values.pop("schedule") if isinstance(values.get("schedule"), str) else self.schedule
+        grid = _sections_first(grid_overrides(values))
         base_keys = [str(item).split("=", 1)[0].strip() for item in self.overrides]
         first = [g for g in grid if any(k.startswith(g.split("=", 1)[0].strip() + ".") for k in base_keys)]
         overrides = [*first, *self.overrides, *(g for g in grid if g not in first)]
-        return {"topology": self.topology, "workload": self.workload, "schedule": self.schedule,
+        return {"topology": self.topology, "workload": self.workload, "schedule": schedule,
                 "overrides": overrides, "iterations": self.iterations, "seed": self.seed}
 
 

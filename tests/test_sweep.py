@@ -603,7 +603,10 @@ def test_a_grid_over_a_whole_section_keeps_the_set_keys_under_it():
     from simulator.sweep import BaseScenario
     base = BaseScenario(workload="grpo-qwen2.5-7b", overrides=("schedule.staleness=2", "topology.nodes=1"),
                         topology="dgx-h100")
-    keywords = base.keywords({"schedule": "async"})
+    keywords = base.keywords({"schedule": "async"})   # a kind alone: the schedule keyword, as --schedule
+    assert keywords["schedule"] == "async" and not any(o.startswith("schedule=") for o in keywords["overrides"])
+    assert load_scenario(None, **keywords).schedule.staleness == 2
+    keywords = base.keywords({"schedule": {"kind": "async"}})   # a mapping: the section, before the --set keys
     assert keywords["overrides"][0].startswith("schedule=")
     assert load_scenario(None, **keywords).schedule.staleness == 2
 

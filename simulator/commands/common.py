@@ -125,6 +125,15 @@ def say_replaced_topology(args: Any) -> None:
               file=sys.stderr)
 
 
+def say_schedule_left_out(scenario: Any) -> None:
+    """The knobs of a scenario's schedule section that a kind named alone (--schedule KIND, a grid value
+    schedule=KIND) does not take or reads past, left out of its runs: said on stderr where the output
+    shows no run's notes (sweep, sensitivity; `rlsim run` prints them with its summary)."""
+    from ..scenario import schedule_left_out_notes
+    for note in schedule_left_out_notes(scenario):
+        print(f"rlsim: note: {note}", file=sys.stderr)
+
+
 def print_warnings(summary: Mapping[str, Any], prefix: str = "") -> None:
     """A run summary's warnings on stderr (`prefix`: which of several runs, e.g. 'stalesync: ')."""
     for warning in summary.get("warnings", []):

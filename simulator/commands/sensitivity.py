@@ -58,6 +58,7 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     if imported is not None:
         print_framework_listing(imported)
         args.scenario = imported.scenario
+    _say_schedule_left_out(args.scenario, kw)
     args.metric = args.metric or runs.DEFAULT_METRIC
     frame = runs.sensitivity(args.scenario, args.vary or None, seeds=args.seeds, metric=args.metric,
                              samples=runs.DEFAULT_SAMPLES if args.samples is None else args.samples, jobs=args.jobs, **kw)
@@ -86,3 +87,18 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
     if args.out:
         print(f"tornado chart and report.html in {args.out}")
     return 0
+
+
+def _say_schedule_left_out(scenario: Any, keywords: dict[str, Any]) -> None:
+    """--schedule KIND keeps the knobs of the scenario's schedule section that KIND takes; the others,
+    left out of every run, are said on stderr (the ranking shows no run's notes)."""
+    from ..errors import RlsimError
+    from ..scenario import load_scenario
+    from .common import say_schedule_left_out
+    if keywords.get("schedule") is None:
+        return
+    try:
+        base = load_scenario(scenario, **keywords)
+    except RlsimError:   # a distribution value, or a bad scenario: the runs say why
+        return
+    say_schedule_left_out(base)

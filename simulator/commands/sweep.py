@@ -127,6 +127,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     _check_grid_size(grid, args.max_points, seeds)
     _refuse_unreadable_values(base, grid)
     _refuse_unloadable_base(base, grid)
+    _say_schedule_left_out(base, grid)
     watch = InputWatch(base, grid)   # an input edited while the sweep runs stops it (its ids name the old one)
     fingerprint = watch.fingerprint
     prices = _parse_prices(args.price)   # before the output folder and the executor: nothing made for a typo
@@ -428,6 +429,20 @@ def _refuse_unloadable_base(base: Any, grid: dict[str, list[Any]]) -> None:
     if error is None or any(error_of(point) is None for point in expand_grid(grid)):
         return
     raise error
+
+
+def _say_schedule_left_out(base: Any, grid: dict[str, list[Any]]) -> None:
+    """Each kind named alone (--schedule KIND, a grid value schedule=KIND) keeps the knobs of the
+    scenario's schedule section that it takes; the others, left out of its points, are said once per
+    kind on stderr (each point's summary notes them too, which the table does not show)."""
+    from .common import say_schedule_left_out
+    kinds = [value for value in grid.get("schedule", ()) if isinstance(value, str)]
+    for values in [{"schedule": kind} for kind in kinds] or [{}]:
+        try:
+            scenario, _ = base.loaded(values)
+        except RlsimError:   # the points' rows say why
+            continue
+        say_schedule_left_out(scenario)
 
 
 def _parse_prices(items: list[str]) -> float | dict[str, float] | None:

@@ -1,0 +1,116 @@
+"""A schedule kind named alone (--schedule KIND, the API's schedule="KIND", a sweep's grid value
+schedule=A,B) over a scenario whose schedule section gives knobs keeps the knobs KIND takes
+(scenario.compared_schedules, as `rlsim compare` does) and names those it leaves out; before, the
+section was replaced whole and a verl import's engine sleep, refit and micro-batching were dropped
+without a word. `--set schedule.kind=KIND` stays strict."""
+import json
+
+import pytest
+
+import simulator
+from simulator.cli import main
+from simulator.errors import ReadPastError, RlsimError
+from simulator.scenario import load_scenario
+from simulator.sweep import BaseScenario, simulate_point
+
+# the schedule section of a verl import (rlsim run --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml
+# --print-scenario), on a small batch
+SCENARIO = """\
+topology: {preset: dgx-h100, nodes: 1}
+workload: {preset: grpo-qwen2.5-7b, prompts_per_step: 32, samples_per_prompt: 4, mini_batch_prompts: 16}
+iterations: 2
+schedule:
+  kind: colocated
+  switch: {offload_optimizer: false, free_gradients: true, engine_sleep: true, engine_sleep_level: 2}
+  refit: full-tensors
+  micro_batching: sequence
+"""
+KEPT = {"refit": "full-tensors", "micro_batching": "sequence"}
+
+
+@pytest.fixture
+def scenario_file(tmp_path):
+    path = tmp_path / "imported.yaml"
+    path.write_text(SCENARIO)
+    return str(path)
+
+
+def given(scenario):
+    return scenario.schedule.model_dump(mode="json", exclude_unset=True)
+
+
+def test_a_kind_alone_keeps_the_knobs_it_takes_as_set_schedule_kind_does(scenario_file):
+    alone = simulator.simulate(scenario_file, schedule="colocated")
+    strict = simulator.simulate(scenario_file, overrides=["schedule.kind=colocated"])
+    replaced = simulator.simulate(scenario_file, schedule={"kind": "colocated"})   # a mapping replaces the section
+    assert given(alone.scenario) == given(strict.scenario) == {**KEPT, "kind": "colocated", "switch": {
+        "offload_optimizer": False, "free_gradients": True, "engine_sleep": True, "engine_sleep_level": 2}}
+    assert alone.scenario.schedule_left_out == ()
+    assert alone.summary["steady_tokens_per_s"] == strict.summary["steady_tokens_per_s"]
+    # the kept knobs change the figure: the section replaced whole (the old --schedule) runs otherwise
+    assert given(replaced.scenario) == {"kind": "colocated"}
+    assert replaced.summary["steady_tokens_per_s"] != alone.summary["steady_tokens_per_s"]
+
+
+def test_a_knob_the_kind_does_not_take_is_left_out_and_named(scenario_file):
+    result = simulator.simulate(scenario_file, schedule="disaggregated")
+    assert given(result.scenario) == {**KEPT, "kind": "disaggregated"}
+    knob, why = result.scenario.schedule_left_out[0]
+    assert (knob, len(result.scenario.schedule_left_out)) == ("switch", 1)
+    assert why.startswith("applies to colocated / ")
+    notes = [n for n in result.summary["notes"] if n.startswith("schedule.switch ")]
+    assert len(notes) == 1 and "disaggregated runs without it" in notes[0]
+    # --set schedule.kind stays strict: the knob is the user's to remove
+    with pytest.raises(RlsimError, match="does not apply to kind: disaggregated") as err:
+        load_scenario(scenario_file, overrides=["schedule.kind=disaggregated"])
+    assert err.value.field == "schedule.switch"
+
+
+def test_a_knob_the_kind_reads_past_is_left_out_and_named(scenario_file):
+    """verl-fully-async takes a switch only beside dynamic_resources (a ReadPastError): left out, as
+    `rlsim compare` leaves it out of that column."""
+    scenario = load_scenario(scenario_file, schedule="verl-fully-async")
+    assert given(scenario) == {**KEPT, "kind": "verl-fully-async"}
+    assert [knob for knob, _ in scenario.schedule_left_out] == ["switch"]
+    assert scenario.schedule_left_out[0][1].startswith("is not read under verl-fully-async (")
+    with pytest.raises(ReadPastError):
+        load_scenario(scenario_file, overrides=["schedule.kind=verl-fully-async"])
+
+
+def test_a_set_knob_beside_a_kind_alone_stays_strict(scenario_file):
+    with pytest.raises(RlsimError, match="does not apply to kind: disaggregated") as err:
+        load_scenario(scenario_file, schedule="disaggregated", overrides=["schedule.switch.engine_sleep=false"])
+    assert err.value.field == "schedule.switch"
+    # and a --set knob the kind takes wins over the file's
+    assert load_scenario(scenario_file, schedule="disaggregated",
+                         overrides=["schedule.micro_batching=balanced"]).schedule.micro_batching == "balanced"
+
+
+def test_a_scenario_object_keeps_its_knobs_under_a_kind_alone(scenario_file):
+    base = load_scenario(scenario_file)
+    assert given(load_scenario(base, schedule="disaggregated")) == {**KEPT, "kind": "disaggregated"}
+
+
+def test_a_sweep_grid_value_of_a_kind_alone_keeps_the_knobs(scenario_file):
+    base = BaseScenario(spec=scenario_file)
+    scenario, _ = base.loaded({"schedule": "disaggregated"})
+    assert given(scenario) == {**KEPT, "kind": "disaggregated"}
+    assert [knob for knob, _ in scenario.schedule_left_out] == ["switch"]
+    point = simulate_point(base, {"schedule": "colocated"})
+    assert point["steady_tokens_per_s"] == simulator.simulate(scenario_file, schedule="colocated").summary[
+        "steady_tokens_per_s"]
+    assert any("disaggregated runs without it" in n for n in simulate_point(base, {"schedule": "disaggregated"})["notes"])
+
+
+def test_the_cli_names_the_knobs_left_out(scenario_file, capsys):
+    assert main(["run", scenario_file, "--schedule", "disaggregated", "--json"]) == 0
+    out = capsys.readouterr()
+    notes = json.loads(out.out)["notes"]
+    assert any(n.startswith("schedule.switch applies to ") and "disaggregated runs without it" in n for n in notes)
+    assert main(["sweep", scenario_file, "--grid", "schedule=colocated,disaggregated", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("rlsim: note: schedule.switch applies to ") == 1   # disaggregated's; colocated takes it
+    assert "disaggregated runs without it" in err
+    assert main(["sensitivity", scenario_file, "--schedule", "disaggregated", "--samples", "0", "--iterations", "1",
+                 "--vary", "workload.response_length.median=512..1024", "--json"]) == 0
+    assert "rlsim: note: schedule.switch applies to " in capsys.readouterr().err
