@@ -1231,7 +1231,8 @@ class ScheduleConfig(_Strict):
                              f"placement: {' / '.join(other)}",
                              fix=f"remove schedule.{name} or change schedule.placement")
         raise RlsimError(f"does not apply to kind: {kind}{why}; it applies to kind: {' / '.join(kinds) or 'none'}",
-                         fix=f"remove schedule.{name} or change schedule.kind")
+                         fix=f"remove schedule.{name} or change schedule.kind (a kind named alone, --schedule "
+                             f"{kind}, keeps only the knobs it takes)")
 
     @field_validator("aux_fraction", mode="after")
     @classmethod

@@ -84,7 +84,8 @@ def test_a_knob_of_another_kind_gives_its_own_fix_once(tmp_path, capsys):
                     "schedule: {kind: colocated, staleness: 3}\n")
     text = _error(capsys, "run", str(path))
     assert text.count("(fix:") == 1 and "(got 3)" not in text and "docs/" not in text
-    assert text.endswith("(fix: remove schedule.staleness or change schedule.kind)")
+    assert text.endswith("(fix: remove schedule.staleness or change schedule.kind (a kind named alone, --schedule "
+                         "colocated, keeps only the knobs it takes))")
 
 
 def test_an_unknown_workload_preset_under_a_mapping_names_the_preset_key(tmp_path, capsys):
