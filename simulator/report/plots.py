@@ -258,6 +258,8 @@ def steady_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if "steady_tokens_per_s" not in rows:
         return rows
     steady = pd.to_numeric(rows["steady_tokens_per_s"], errors="coerce")
+    if "tokens_per_s" not in rows:   # a table of steady figures alone
+        return rows.assign(tokens_per_s=steady)
     return rows.assign(tokens_per_s=steady.fillna(pd.to_numeric(rows["tokens_per_s"], errors="coerce")))
 
 
@@ -270,7 +272,9 @@ def _tokens_label(rows: pd.DataFrame) -> str:
 def scaling_figure(rows: pd.DataFrame, *, group: str | None = None, title: str | None = None) -> Figure:
     """Tokens/s against devices (left) and scaling efficiency (right), with the linear ideal; the
     steady-state tokens/s where the rows carry it."""
-    _columns(rows, ("devices", "tokens_per_s"), "rows", "sweep.rows (devices, tokens_per_s)")
+    throughput = ("steady_tokens_per_s",) if isinstance(rows, pd.DataFrame) and "steady_tokens_per_s" in rows \
+        else ("tokens_per_s",)
+    _columns(rows, ("devices", *throughput), "rows", "sweep.rows (devices, tokens_per_s or steady_tokens_per_s)")
     rows = steady_rows(rows)
     fig = Figure(figsize=(10, 4.2), layout="constrained")
     ax, ax_eff = fig.subplots(1, 2)

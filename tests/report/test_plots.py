@@ -77,6 +77,8 @@ def test_the_scaling_figure_plots_the_steady_state_where_the_rows_carry_it():
     assert list(ax_eff.lines[0].get_ydata()) == pytest.approx([1.0, 0.75])
     whole = scaling_figure(rows.drop(columns="steady_tokens_per_s")).axes[1]
     assert list(whole.lines[0].get_ydata()) == pytest.approx([1.0, 0.625])
+    steady_alone = scaling_figure(rows.drop(columns="tokens_per_s")).axes[1]   # a table of steady figures
+    assert list(steady_alone.lines[0].get_ydata()) == pytest.approx([1.0, 0.75])
 
 
 @pytest.mark.parametrize(("call", "field"), [
