@@ -977,6 +977,9 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
     each finished point is kept: it raises (InputsChanged) where an input changed since the ids were
     made, and that point is not saved.
     """
+    if not callable(evaluate):   # a TypeError 'NoneType object is not callable' from inside the executor
+        raise RlsimError(f"evaluate must be a function of a point's values, got {evaluate!r}", field="evaluate",
+                         fix="pass e.g. simulate_point bound to a BaseScenario: functools.partial(simulate_point, base)")
     executor = executor or SerialExecutor()
     if store and (copied := store.carry_over(points)):
         warn(f"{copied} finished point(s) copied from {store.sibling().path.name} into {store.path.name} "

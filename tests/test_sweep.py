@@ -755,3 +755,11 @@ def test_wrong_point_values_are_named(call, field):
     with pytest.raises(RlsimError) as caught:
         call()
     assert caught.value.field == field and "{'topology.nodes'" in caught.value.fix
+
+
+def test_run_sweep_without_a_point_function_is_named():
+    """run_sweep(points, None) raised a TypeError from inside the executor (a capacity planner's audit)."""
+    from simulator.sweep import run_sweep
+    with pytest.raises(RlsimError) as caught:
+        run_sweep(points_from_values([{"topology.nodes": 1}], "x"), None)
+    assert caught.value.field == "evaluate" and "simulate_point" in caught.value.fix
