@@ -626,7 +626,8 @@ class LocalExecutor(_NothingHeld):
 
     def __post_init__(self) -> None:
         if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:   # 0 ran one
-            raise RlsimError(f"jobs must be a whole number >= 1, got {self.jobs!r}", field="--jobs", fix="e.g. 2")
+            raise RlsimError(f"jobs must be a whole number >= 1, got {self.jobs!r}", field="jobs",
+                             fix="e.g. LocalExecutor(jobs=2) (rlsim: --jobs 2)")
 
     def map_unordered(self, evaluate: PointFunction, points: Sequence[Point]):
         if not points:

@@ -99,8 +99,9 @@ def plan_replicas(spec: Any = None, *, seeds: int | None = None, **keywords: Any
         data, source = scenario_data(spec, **keywords)
     n = seeds if seeds is not None else data.get("replicas", 1)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise RlsimError(f"replicas must be a whole number >= 1, got {n!r}", source=source,
-                         field="--seeds" if seeds is not None else "replicas", fix="e.g. replicas: 16")
+        given = "seeds" if seeds is not None else "replicas"   # the API's keyword (rlsim's --seeds is checked by argparse)
+        raise RlsimError(f"{given} must be a whole number >= 1, got {n!r}", source=source, field=given,
+                         fix="e.g. seeds=16 (rlsim: --seeds 16)" if seeds is not None else "e.g. replicas: 16")
     check_runs(data, source, n, f"{n:,} replicas", "--seeds" if seeds is not None else "replicas")
     base_seed = data.get("seed", 0)
     if isinstance(base_seed, bool) or not isinstance(base_seed, int) or base_seed < 0:
@@ -138,7 +139,7 @@ def run_many(plans: Sequence[ReplicaPlan], *, jobs: int = 1, costs: Any = None) 
     """The summary of each replica of each plan, in order (the same bytes for any `jobs`); one pool
     for all of them when jobs > 1 (a FakeCosts-style `costs` object runs in this process)."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise RlsimError(f"jobs must be a whole number >= 1, got {jobs!r}", field="--jobs", fix="e.g. --jobs 2")
+        raise RlsimError(f"jobs must be a whole number >= 1, got {jobs!r}", field="jobs", fix="e.g. jobs=2 (rlsim: --jobs 2)")
     if plans:
         check_runs(plans[0].data, plans[0].source, sum(p.n for p in plans), "this design", "limits.max_runs")
     for plan in plans:

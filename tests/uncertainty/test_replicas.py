@@ -106,7 +106,7 @@ def test_compare_replicas_names_a_metric_that_is_not_a_figure_and_jobs_are_check
     assert info.value.field == "--metric"
     with pytest.raises(RlsimError) as info:
         replicate(toy, seeds=2, jobs="a", costs=costs)
-    assert info.value.field == "--jobs"
+    assert info.value.field == "jobs" and "jobs=2" in info.value.fix   # the keyword given, not the CLI flag
 
 
 @pytest.mark.parametrize("spec, bounds", [
@@ -323,3 +323,12 @@ def test_compare_replicas_refuses_one_kind_the_compared_kinds_replace(toy, costs
     with pytest.raises(RlsimError, match="a comparison runs each of its kinds") as caught:
         compare_replicas(toy, ["colocated", "stalesync"], seeds=2, costs=costs, **keywords)
     assert caught.value.field == field
+
+
+def test_replicate_names_its_seeds_keyword_not_the_cli_flag(toy, costs):
+    """replicate(seeds=0) named field '--seeds' with the fix 'e.g. replicas: 16' (a notebook user's
+    audit): the API's own keyword and its form."""
+    from simulator.uncertainty import replicate
+    with pytest.raises(RlsimError) as info:
+        replicate(toy, seeds=0, costs=costs)
+    assert info.value.field == "seeds" and info.value.fix.startswith("e.g. seeds=16")
