@@ -66,6 +66,30 @@ _QAT = "used only with fake_int4_qat.enabled"
 _MTP = "used only with multi-token prediction heads (mtp.enabled)"
 _ENV = "the environment's reward code runs on the host per trajectory: rlsim's rule reward stands for it"
 _NOT_TRAINED = "the model settings of a model this run does not build"
+# The reference runs forward passes only: no gradient to reduce, whatever its reduction dtype
+_NO_BACKWARD = "the reference runs forward passes only: it reduces no gradient"
+
+
+class _PrecisionSpelling:
+    """A neutral value that any of SkyRL's spellings of one dtype equals: skyrl 0.3.0
+    backends/skyrl_train/distributed/fsdp_utils.py PrecisionType.to_dtype reads every entry of its
+    BFLOAT_LIST ('bf16', 'bfloat16') or FLOAT_LIST ('fp32', 'float32', '32', 32) as one torch dtype."""
+
+    def __init__(self, *spellings: Any) -> None:
+        self.spellings = spellings
+
+    def __eq__(self, other: object) -> bool:
+        return not isinstance(other, bool) and any(other == s for s in self.spellings)
+
+    def __hash__(self) -> int:
+        return hash(self.spellings)
+
+    def __repr__(self) -> str:
+        return repr(self.spellings[0])
+
+
+SKYRL_BF16 = _PrecisionSpelling("bf16", "bfloat16")
+SKYRL_FP32 = _PrecisionSpelling("fp32", "float32", "32", 32)
 
 
 def _model_keys(prefix: str) -> dict[str, Rule]:
@@ -96,7 +120,8 @@ def _megatron_keys(prefix: str) -> dict[str, Rule]:
         # megatron_worker.py copies ddp_config onto Megatron's DistributedDataParallelConfig: grad_reduce_in_fp32
         # (SkyRL's default true) is the fp32 gradient reduction rlsim prices
         f"{section}.ddp_config.grad_reduce_in_fp32": unsupported(
-            "a bf16 gradient reduction is not mapped (train_params.comm.grad_reduce_bytes_per_param)", neutral=True),
+            "a bf16 gradient reduction is not mapped (train_params.comm.grad_reduce_bytes_per_param)", neutral=True)
+        if policy else ignored(_NO_BACKWARD),
         f"{section}.ddp_config.*": ignored("Megatron's DDP overlaps: rlsim's megatron stack prices its own overlap"),
         f"{section}.hf_export_config.*": ignored(_LOG),
         f"{section}.lora_config.*": ignored(_LORA),
@@ -145,10 +170,10 @@ def _fsdp_keys(prefix: str) -> dict[str, Rule]:
         # skyrl 0.3.0 fsdp_strategy.py _fsdp_init_model: MixedPrecisionPolicy(param_dtype, reduce_dtype) from
         # these two (buffer_dtype is not read); rlsim prices bf16 compute with an fp32 gradient reduction
         f"{section}.mixed_precision.param_dtype": unsupported("an FSDP compute dtype other than bf16 is not "
-                                                              "modelled (workload.dtype)", neutral="bf16"),
+                                                              "modelled (workload.dtype)", neutral=SKYRL_BF16),
         f"{section}.mixed_precision.reduce_dtype": unsupported(
             "a gradient reduction other than fp32 is not mapped (train_params.comm.grad_reduce_bytes_per_param)",
-            neutral="fp32"),
+            neutral=SKYRL_FP32) if prefix != "trainer.ref" else ignored(_NO_BACKWARD),
         f"{section}.mixed_precision.*": ignored("not read by SkyRL's FSDP2 strategy (fsdp_strategy.py: param_dtype "
                                                 "and reduce_dtype only)"),
         f"{section}.mixed_precision": ignored("bf16 compute with fp32 reduction: rlsim's mixed precision"),

@@ -363,3 +363,27 @@ def test_padded_rows_attention_as_skyrls_flash_attn_runs_it():
     megatron = import_config("skyrl", EXAMPLE, ["trainer.strategy=megatron", padded, "trainer.flash_attn=false"])
     assert row_keys(megatron.scenario["workload"].get("train_params", {}).get("compute", {})) == {}
     assert "trainer.flash_attn" in megatron.ignored
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("trainer.policy.fsdp_config.mixed_precision.param_dtype", "bfloat16"),
+    ("trainer.policy.fsdp_config.mixed_precision.reduce_dtype", "float32"),
+    ("trainer.policy.fsdp_config.mixed_precision.reduce_dtype", "32"),
+    ("trainer.policy.fsdp_config.mixed_precision.reduce_dtype", 32)])
+def test_a_dtype_spelled_as_skyrl_also_reads_it_is_its_default(key, value):
+    """skyrl 0.3.0 fsdp_utils.py PrecisionType.to_dtype reads 'bfloat16' as 'bf16' and 'float32', '32' or 32
+    as 'fp32' (BFLOAT_LIST, FLOAT_LIST): the same MixedPrecisionPolicy as the defaults, ignored as those."""
+    r = import_config("skyrl", EXAMPLE, ["trainer.strategy=fsdp2", f"{key}={value}"])
+    assert key not in r.unsupported and key in r.ignored
+
+
+@pytest.mark.parametrize(("key", "value", "strategy"), [
+    ("trainer.ref.fsdp_config.mixed_precision.reduce_dtype", "bf16", "fsdp2"),
+    ("trainer.ref.megatron_config.ddp_config.grad_reduce_in_fp32", "false", "megatron")])
+def test_the_references_gradient_reduction_dtype_is_read_past(key, value, strategy):
+    """The reference runs forward passes only (no backward, no gradient to reduce): its reduction dtype
+    changes nothing, ignored with that reason (its param_dtype, the forward's compute, stays unsupported)."""
+    r = import_config("skyrl", EXAMPLE, [f"trainer.strategy={strategy}", f"{key}={value}"])
+    assert key not in r.unsupported and "forward" in r.ignored[key]
+    compute = "trainer.ref.fsdp_config.mixed_precision.param_dtype"
+    assert compute in import_config("skyrl", EXAMPLE, ["trainer.strategy=fsdp2", f"{compute}=fp32"]).unsupported
