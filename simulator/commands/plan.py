@@ -488,6 +488,10 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
     if model.is_moe:
         raise RlsimError(f"{model.name} has experts, and the heterogeneous step model splits dense layers (no EP)",
                          field="--balance", fix="drop --balance for an MoE model")
+    if model.adapter_rank:   # its state bytes and ZeRO-Offload's buffer are every parameter's, trained
+        raise RlsimError(f"workload.lora trains adapters beside {model.name}'s frozen base, and the heterogeneous step "
+                         "model trains every parameter (their gradients and optimizer states)", field="--balance",
+                         fix="drop --balance, or workload.lora for a full fine-tune's split")
     inp = _inputs(args)
     planner_keys = _planner_keys(args, inp["scenario"])
     settings = planner_settings(planner_keys, source=inp["scenario"].source or "--set planner")

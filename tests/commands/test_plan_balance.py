@@ -125,6 +125,7 @@ def test_the_hetero_step_models_keys_are_read_with_balance(capsys):
       "--balance"], "--balance"),                                                                # one device kind
     (["plan", "--topology", "hetero-a100-h100", "--model", "qwen3-30b-a3b", "--global-batch", "64", "--seq-len",
       "512", "--balance"], "--balance"),                                                         # experts
+    (HETERO + ["--balance", "--set", "workload.lora.rank=8"], "--balance"),   # LoRA: its step model trains every weight
 ])
 def test_balance_where_it_does_not_apply_is_an_error(capsys, argv, field):
     assert main(argv) == 2
