@@ -1101,6 +1101,16 @@ def _group_plan(gname: str, g: _Reader, top: _Reader, out_r: _Reader | None, dev
     return GroupPlan(gname, spec, per_node, per_domain, num_nodes, up_kind, up, uplink_bw, host, nic)
 
 
+def _check_node_given_on_all_or_none(node_given: list[tuple[bool, str]], source: str) -> None:
+    """A device without `node` is a server of its own, numbered by its device index, which may be a
+    server number another device names: every device gives its server, or none does."""
+    if any(given for given, _ in node_given) and not all(given for given, _ in node_given):
+        where = next(field for given, field in node_given if not given)
+        raise RlsimError("this device gives no node where others do (it would be numbered by its device index, "
+                         "which may be another device's server)", source=source, field=where,
+                         fix="give node: N on every device (or on none: one server a device)")
+
+
 def _check_servers_in_one_domain(graph: nx.DiGraph, devices: list[str], nodes: list[Any], source: str) -> None:
     """Every device of one server (graph node attribute `node`) names one scale-up domain: a server
     sits inside its domain (the collectives group by domain, the layouts by server within it)."""
@@ -1132,6 +1142,7 @@ def _build_explicit(name: str, description: str, mapping: dict[str, Any], source
     g = nx.DiGraph()
     devices: list[str] = []
     specs: list[DeviceSpec] = []
+    node_given: list[tuple[bool, str]] = []   # (device gave `node`, its field) per device
     for i, raw in enumerate(nodes):
         r = _Reader(raw, source, f"graph.nodes[{i}]")
         r.check_keys({"id", "kind", "device", "node", "domain", "profile"})
@@ -1149,6 +1160,7 @@ def _build_explicit(name: str, description: str, mapping: dict[str, Any], source
             spec = _device_spec(r.require("device", "name a catalog device, e.g. h100"), source,
                                 r.where("device"), r.m.get("profile", mapping.get("device_profile")))
             node = r.count("node", len(devices), minimum=0)
+            node_given.append(("node" in r.m, r.where("node")))
             attrs.update(rank=len(devices), device=spec.name, node=node,
                          domain=r.count("domain", node, minimum=0))
             devices.append(node_id)
@@ -1159,6 +1171,7 @@ def _build_explicit(name: str, description: str, mapping: dict[str, Any], source
     if not devices:
         raise RlsimError("the graph has no device", source=source, field="graph.nodes",
                          fix="add nodes of kind device")
+    _check_node_given_on_all_or_none(node_given, source)
     _check_servers_in_one_domain(g, devices, nodes, source)
     for i, raw in enumerate(links):
         r = _Reader(raw, source, f"graph.links[{i}]")

@@ -107,6 +107,8 @@ def test_explicit_form(tmp_path):
     (lambda d: d["graph"]["links"].pop(2), "graph.links"),  # c is cut off
     # b shares a's server but not its domain (a server is inside one scale-up domain): was accepted
     (lambda d: d["graph"]["nodes"][1].update(domain=1), "graph.nodes[1].domain"),
+    # c gives no node beside a and b's: numbered by its index (2), it could have been another's server
+    (lambda d: d["graph"]["nodes"][2].pop("node"), "graph.nodes[2].node"),
 ])
 def test_explicit_bad_input_names_file_and_field(tmp_path, mutate, field):
     import copy
