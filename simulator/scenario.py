@@ -2759,6 +2759,10 @@ def _refuse_distributions(data: Mapping[str, Any], source: str) -> None:
                                             "simulator.uncertainty.replicate(...)")
 
 
+# The source of a scenario given as a mapping (no file: simulate({...}), an imported framework config)
+MAPPING_SOURCE = "<scenario mapping>"
+
+
 def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None, *,
                   topology: Any = None, workload: Any = None, schedule: Any = None,
                   overrides: Iterable[str] = (), iterations: int | None = None,
@@ -2776,7 +2780,7 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
         data, source = copy.deepcopy(DEFAULT_SCENARIO), f"<default scenario{given}>"
     elif isinstance(spec, Mapping):
         data, source = deep_merge({k: v for k, v in DEFAULT_SCENARIO.items() if k in ("iterations", "seed")},
-                                   spec), "<scenario mapping>"
+                                   spec), MAPPING_SOURCE
     elif isinstance(spec, (str, Path)):   # its relative paths read next to it (simulator/paths.py)
         data, source = with_paths_from(presets.read_yaml(spec), folder_of(spec)), str(spec)
     else:

@@ -1123,18 +1123,23 @@ def _content_or_text(value: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class BaseScenario:
-    """What a sweep varies around: a scenario file (or None for the defaults) plus CLI options.
+    """What a sweep varies around: a scenario file (or None for the defaults), or a scenario mapping
+    (a framework config's import: `rlsim sweep --from-verl`), plus CLI options.
 
-    Picklable, so it travels to worker processes and Dask workers.
+    Picklable, so it travels to worker processes and Dask workers (a mapping travels whole: each
+    worker runs the same scenario, whatever its disk holds).
     """
 
-    spec: str | None = None
+    spec: str | Mapping[str, Any] | None = None
     topology: str | None = None
     workload: str | None = None
     schedule: str | None = None
     overrides: tuple[str, ...] = ()
     iterations: int | None = None
     seed: int | None = None
+    # what a mapping `spec` is called where a changed input is named ('the scenario imported from the
+    # verl config job.yaml'); a file is named by its path
+    spec_name: str | None = None
 
     def __post_init__(self) -> None:
         # a lone string is one override (iterating it gave its letters); a list becomes a tuple (hashable)
@@ -1158,14 +1163,18 @@ class BaseScenario:
         payload, files = self._fingerprint_payload()
         out = {f"the file {path}": digest for path, digest in files.items()}
         if self.spec:
-            out[f"the scenario file {self.spec}"] = hashlib.sha256(payload["spec_text"].encode()).hexdigest()
+            name = f"the scenario file {self.spec}" if isinstance(self.spec, (str, Path)) else \
+                self.spec_name or "the scenario mapping"
+            out[name] = hashlib.sha256(payload["spec_text"].encode()).hexdigest()
         out["the simulator's code or built-in presets"] = payload["code"]
         return out
 
     def _fingerprint_payload(self) -> tuple[dict[str, Any], dict[str, str]]:
         """(what the fingerprint hashes, {path: sha256} of the files the inputs name)."""
         text = ""
-        if self.spec:
+        if isinstance(self.spec, Mapping):   # an imported scenario: its contents, key order aside
+            text = json.dumps(self.spec, sort_keys=True, default=str)
+        elif self.spec:
             try:
                 text = Path(self.spec).read_bytes().decode("utf-8", errors="replace")
             except OSError as exc:
@@ -1178,15 +1187,16 @@ class BaseScenario:
                    "version": __version__, "code": code_fingerprint()}
         # the files by their contents alone: a path to them (the scenario's own, an install's
         # preset folder) moved every point id (a copy or another working folder recomputed them all)
-        spec_content = _parsed(text) if self.spec else None
+        spec_content = self.spec if isinstance(self.spec, Mapping) else _parsed(text) if self.spec else None
         files = referenced_files([spec_content, self.topology, self.workload, *self.overrides], self.base_dirs())
         if files:
             payload["files"] = sorted(set(files.values()))
         return payload, files
 
     def base_dirs(self) -> list[Path]:
-        """Folders a relative path in the sweep's inputs may be read from (the scenario file's)."""
-        return [Path(self.spec).parent] if self.spec else []
+        """Folders a relative path in the sweep's inputs may be read from (the scenario file's; a
+        mapping's paths read from the working folder, as simulate reads them)."""
+        return [Path(self.spec).parent] if isinstance(self.spec, (str, Path)) and self.spec else []
 
     def work_units(self, values: Mapping[str, Any]) -> int:
         """The point's work estimate (scenario.work_estimate: iterations x (sample segments per step
@@ -1328,7 +1338,12 @@ def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, A
     except RlsimError as exc:   # simulate names the override that gave the value: a grid value is --grid's
         text, items = str(exc.source or ""), grid_overrides(values)
         grid = next((item for item in items if text.startswith(f"--set {item}")), None)
-        raise (exc.with_source("--grid " + text.removeprefix("--set ")) if grid else exc) from None
+        if grid:
+            text = "--grid " + text.removeprefix("--set ")
+        if isinstance(base.spec, Mapping) and base.spec_name:   # a row names the import, not '<scenario mapping>'
+            from .scenario import MAPPING_SOURCE
+            text = text.replace(MAPPING_SOURCE, f"<{base.spec_name}>")
+        raise (exc.with_source(text) if text != str(exc.source or "") else exc) from None
     summary = dict(result.summary)
     # The device kinds let a capacity question price the run per device-hour (capacity.py); the run
     # read them off the topology it built (building it again cost a point up to a second at 24k devices).

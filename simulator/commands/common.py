@@ -146,10 +146,11 @@ def print_json(document: Any) -> None:
     sys.stdout.write(json_text(document, indent=2, sort_keys=False) + "\n")
 
 
-def add_framework_import(parser: argparse.ArgumentParser) -> None:
+def add_framework_import(parser: argparse.ArgumentParser, print_scenario: bool = True) -> None:
     """--from-verl / --from-nemo-rl / --from-areal / --from-trl CONFIG.yaml, --from-openrlhf / --from-skyrl SCRIPT.sh
     [key=value ...],
-    --framework-schedule, --print-scenario."""
+    --framework-schedule, and --print-scenario unless ``print_scenario`` is False (a command that has
+    no single run to print: `rlsim run --from-X --print-scenario` prints what sweep and plan import)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--from-verl", nargs="+", metavar="ARG",
                        help="CONFIG.yaml [KEY=VALUE ...]: a verl Hydra YAML and the overrides its scripts pass "
@@ -177,16 +178,20 @@ def add_framework_import(parser: argparse.ArgumentParser) -> None:
                                                          "separate-async", "sync", "grpo", "rloo"),
                         help="which verl recipe (colocated ... sync) or TRL trainer (grpo, rloo) the YAML is for "
                              "(default: inferred from its keys)")
+    if not print_scenario:
+        return
     parser.add_argument("--print-scenario", action="store_true",
                         help="with --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl / "
                              "--from-skyrl: print the scenario as YAML (re-loadable by "
                              "`rlsim run FILE`) and exit")
 
 
-def framework_import(args: argparse.Namespace) -> Any:
+def framework_import(args: argparse.Namespace, also_set: tuple[str, ...] = ()) -> Any:
     """The FrameworkImport of --from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl /
     --from-skyrl, or None. Refuses what would replace the
-    imported sections (a scenario file, --workload, --schedule) and the flags without an import."""
+    imported sections (a scenario file, --workload, --schedule) and the flags without an import.
+    ``also_set``: the scenario keys the command sets beside --set (sweep's --grid keys), which the
+    import leaves to the user as it leaves a --set key (topology.nodes: no check of the config's size)."""
     from ..errors import RlsimError
     chosen = [(name, items) for name, items in (("verl", getattr(args, "from_verl", None)),
                                                   ("nemo-rl", getattr(args, "from_nemo_rl", None)),
@@ -195,7 +200,8 @@ def framework_import(args: argparse.Namespace) -> Any:
                                                   ("trl", getattr(args, "from_trl", None)),
                                                   ("skyrl", getattr(args, "from_skyrl", None))) if items]
     if not chosen:
-        for flag, given in (("--print-scenario", args.print_scenario), ("--framework-schedule", args.framework_schedule)):
+        for flag, given in (("--print-scenario", getattr(args, "print_scenario", False)),
+                            ("--framework-schedule", args.framework_schedule)):
             if given:
                 raise RlsimError(f"{flag} needs --from-verl, --from-nemo-rl, --from-areal, --from-openrlhf, --from-trl "
                                  "or --from-skyrl",
@@ -210,7 +216,7 @@ def framework_import(args: argparse.Namespace) -> Any:
                          field=f"--from-{framework}",
                          fix=f"give the config's overrides right after its path: --from-{framework} CONFIG {stray} "
                              "... --topology ...")
-    for what, given in (("a scenario file", args.scenario), ("--workload", args.workload),
+    for what, given in (("a scenario file", args.scenario), ("--workload", getattr(args, "workload", None)),
                         ("--schedule", getattr(args, "schedule", None))):
         if given:
             raise RlsimError(f"{what} cannot be combined with --from-{framework} (the config gives the scenario)",
@@ -219,7 +225,7 @@ def framework_import(args: argparse.Namespace) -> Any:
                                  "key=value ...), rlsim's scenario keys with --set KEY=VALUE")
     from ..frameworks import import_config
     from ..overrides import parse_assignment
-    user_sets = [parse_assignment(item)[0] for item in args.overrides]
+    user_sets = [*(parse_assignment(item)[0] for item in args.overrides), *also_set]
     imported = import_config(framework, items[0], items[1:], topology=args.topology,
                              schedule=args.framework_schedule, user_sets=user_sets)
     imported.user_keys = tuple(user_sets)

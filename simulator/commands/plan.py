@@ -21,6 +21,7 @@ EXAMPLES = """examples:
   rlsim plan scenario.yaml --target-tokens-per-s 50000
   rlsim plan --topology dgx-h100 --set topology.nodes=16 --model gpt-18.4b --set planner.space.tp=[16]   # force TP16
   rlsim plan --topology hetero-a100-h100 --model llama3.1-8b --global-batch 256 --seq-len 4096 --balance
+  rlsim plan --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml trainer.nnodes=2   # the job's model, batch, pools
 trainer constants (--stage train): --set workload.train_params.compute.flash_attention=false,
   workload.train_software=megatron-2021; engine constants (--stage rollout): --set
   workload.inference.step_overhead_s=0.004 (unknown keys, keys of the other stage, or iterations /
@@ -30,14 +31,19 @@ trainer constants (--stage train): --set workload.train_params.compute.flash_att
 planner keys (the scenario's planner: section, then --set planner.KEY=VALUE):
   space.tp|pp|vpp|cp|ep|etp|zero|zero_shard_size|recompute|micro_batch|sequence_parallel (lists),
   space.max_pp|max_ep|uneven_pp|exact_batch, refine_top, dominance_prune, eval_cost_s, fixed_cost_s;
-  rollout.tp|ep|pp|max_num_seqs (lists), rollout.max_ep|gpu_memory_utilization|sequences|prompt_len|response_len."""
+  rollout.tp|ep|pp|max_num_seqs (lists), rollout.max_ep|gpu_memory_utilization|sequences|prompt_len|response_len.
+--from-verl (--from-nemo-rl, --from-areal, --from-openrlhf, --from-trl, --from-skyrl) CONFIG [key=value ...]:
+  plan the scenario the config imports to (its model, batch, lengths, topology, the schedule's pools), as
+  a scenario file is planned; the config's own keys go right after its path, --set takes rlsim's keys."""
 
 _DEFAULT_TOPOLOGY = "dgx-h100"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", nargs="?", help="scenario YAML (topology and workload defaults)")
-    parser.add_argument("--topology", help=f"topology preset or file (default: the scenario's, else {_DEFAULT_TOPOLOGY})")
+    parser.add_argument("--topology", help=f"topology preset or file (default: the scenario's, else {_DEFAULT_TOPOLOGY}; "
+                                           "with --from-*: sized from the config)")
+    common.add_framework_import(parser, print_scenario=False)
     parser.add_argument("--model", help="model preset or config.json (default: the scenario's workload model)")
     parser.add_argument("--global-batch", type=common.positive_int, help="sequences per optimizer step (default: the scenario's)")
     parser.add_argument("--seq-len", type=common.positive_int, help="tokens per sequence (default: prompt max + response max)")
@@ -220,6 +226,25 @@ def _refuse_other_stage(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    imported = common.framework_import(args)
+    if imported is not None and args.model is not None:   # said before config_named, which names the config
+        raise RlsimError(f"--model cannot be combined with --from-{imported.framework} (the config names the model)",
+                         field="--model", fix=f"drop --model; change the config's model key right after its path "
+                                              f"(--from-{imported.framework} CONFIG KEY=VALUE), or --set workload.model=PRESET")
+    with common.config_named(imported):
+        if imported is not None:
+            _take_import(args, imported)
+        return _plan(args)
+
+
+def _take_import(args: argparse.Namespace, imported: Any) -> None:
+    """--from-verl ...: the imported scenario is planned as a scenario file is (its model, batch,
+    lengths, topology and pools); --topology went into the import (sized from the config)."""
+    common.print_framework_listing(imported)
+    args.scenario, args.topology = imported.scenario, None
+
+
+def _plan(args: argparse.Namespace) -> int:
     from .replicas import plan_replicated
     _check_balance_flags(args)
     code = plan_replicated(args, lambda scn: plan_rows(args, scn)[0])   # --seeds N (issue 13)

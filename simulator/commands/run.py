@@ -134,6 +134,12 @@ def print_scenario(imported: object, args: argparse.Namespace) -> int:
             raise RlsimError(f"{flag} does not apply with --print-scenario (it prints the scenario as YAML and "
                              "exits)", field=flag, fix=f"drop {flag}, or drop --print-scenario to run")
     load_scenario(imported.scenario, **scenario_keywords(args, imported))
-    extra = [f"iterations={args.iterations}"] * (args.iterations is not None) + [f"seed={args.seed}"] * (args.seed is not None)
-    sys.stdout.write(imported.scenario_yaml([*args.overrides, *extra]))
+    sys.stdout.write(imported_scenario_yaml(imported, args))
     return 0
+
+
+def imported_scenario_yaml(imported: Any, args: argparse.Namespace) -> str:
+    """The imported scenario with the command's --set, --iterations and --seed applied, as YAML that
+    `rlsim run FILE` re-loads (--print-scenario's output; a --from-* sweep's base in its --out)."""
+    extra = [f"iterations={args.iterations}"] * (args.iterations is not None) + [f"seed={args.seed}"] * (args.seed is not None)
+    return imported.scenario_yaml([*args.overrides, *extra])

@@ -31,6 +31,14 @@ EXAMPLES = """examples:
   rlsim sweep --workload grpo-qwen2.5-7b --grid topology.preset=dgx-h100,dgx-a100 --grid topology.nodes=2,4,8 \\
       --target-tokens-per-s 40000 --price h100=2.5 --price a100-80gb=1.6
   rlsim sweep --grid schedule.staleness=0,1,2 --executor dask --scheduler tcp://10.0.0.5:8786 --out s
+  rlsim sweep --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml data.train_batch_size=128 \
+      --grid topology.nodes=1,2,4 --seeds 3 --out verl-scaling
+
+With --from-verl (--from-nemo-rl, --from-areal, --from-openrlhf, --from-trl, --from-skyrl) the
+config, imported as `rlsim run --from-verl` imports it, is the base scenario: the config's own keys
+go right after its path; --grid and --set take rlsim's scenario keys (topology.nodes, schedule.*,
+workload.*). The imported scenario is written to --out as imported-scenario.yaml; a changed config
+or override that changes it is another sweep (its points are computed anew, not resumed).
 
 Re-running the same command with the same --out computes only the points not yet in the results file
 (results.csv or results.parquet), so an interrupted sweep resumes where it stopped; run again with
@@ -44,7 +52,8 @@ schedule drops samples as stale."""
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", nargs="?", help="scenario YAML (default: the seed scenario)")
-    parser.add_argument("--topology", help="topology preset name or YAML path")
+    parser.add_argument("--topology", help="topology preset name or YAML path (with --from-*: sized from the config)")
+    common.add_framework_import(parser, print_scenario=False)
     parser.add_argument("--workload", help="workload preset name or YAML path")
     parser.add_argument("--schedule", help=f"schedule kind: {common.SCHEDULE_KINDS_HELP}")
     parser.add_argument("--iterations", type=int, help="RL iterations per point")
@@ -75,10 +84,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..sweep import parse_grid
+    grid = parse_grid(args.grid)
+    # --from-verl ...: the base scenario; the grid keys are the user's, as --set keys are (no check of
+    # the config's own size under a grid of sizes)
+    imported = common.framework_import(args, also_set=tuple(grid))
+    if imported is not None:   # before config_named, which would word it as a --set key's error
+        _refuse_config_keys_in_grid(imported, grid)
     # a reused --out: the files of an earlier command there (a run's report, an old capacity.json) are
     # said; the results file is the sweep's own store, which it resumes from
-    with common.stale_outputs_said(args.out, own_prefixes=("results.",)), contextlib.ExitStack() as held:
-        return _run(args, held)
+    with common.config_named(imported), common.stale_outputs_said(args.out, own_prefixes=("results.",)), \
+            contextlib.ExitStack() as held:
+        return _run(args, held, grid, imported)
+
+
+# The file of --out that holds a --from-* sweep's base scenario (the import, its --set keys applied)
+IMPORTED_SCENARIO_NAME = "imported-scenario.yaml"
+
+
+def _base_scenario(args: argparse.Namespace, grid: dict[str, list[Any]], imported: Any) -> Any:
+    """The sweep's base: the scenario file and options, or the imported config's scenario (a mapping
+    that travels to every worker whole, its contents in the points' ids)."""
+    from ..sweep import BaseScenario
+    if imported is None:
+        return BaseScenario(spec=args.scenario, topology=args.topology, workload=args.workload,
+                            schedule=args.schedule, overrides=tuple(args.overrides),
+                            iterations=args.iterations, seed=args.seed)
+    common.print_framework_listing(imported)
+    return BaseScenario(spec=imported.scenario, overrides=tuple(args.overrides), iterations=args.iterations,
+                        seed=args.seed, spec_name=f"the scenario imported from {imported.source}")
+
+
+def _refuse_config_keys_in_grid(imported: Any, grid: dict[str, list[Any]]) -> None:
+    """A --grid key of the framework's own table (data.train_batch_size) is not a scenario key: said
+    with the scenario key it maps to, rather than as a scenario key that does not exist."""
+    from ..frameworks.common import rule_for
+    for key in grid:
+        rule = None if key.split(".")[0] in ("topology", "workload", "schedule") else rule_for(key, imported.rules)
+        if rule is None:
+            continue
+        target = f"sweep the scenario key it sets (--grid {rule.target}=...), or " if rule.target else ""
+        raise RlsimError(f"{key} is a key of the {imported.framework} config {imported.source}, and --grid takes "
+                         "rlsim's scenario keys", source="--grid", field=key,
+                         fix=f"{target}give one value after the config path ({key}=VALUE) and run one sweep a value")
 
 
 def _target(args: argparse.Namespace, grid: dict[str, list[Any]]) -> Any:
@@ -98,29 +146,24 @@ def _target(args: argparse.Namespace, grid: dict[str, list[Any]]) -> Any:
     return Target(args.target_tokens_per_s, args.target_step_time_s)
 
 
-def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
+def _run(args: argparse.Namespace, held: contextlib.ExitStack, grid: dict[str, list[Any]], imported: Any) -> int:
     from ..sweep import (
-        BaseScenario,
         InputsChanged,
         InputWatch,
         ResultsStore,
         SweepAborted,
         make_executor,
         make_points,
-        parse_grid,
         run_sweep,
         simulate_point,
     )
 
-    grid = parse_grid(args.grid)
     if "replicas" in grid:   # a point's replicas are the sweep's (--seeds), not a grid value
         raise RlsimError("replicas is not a grid key: every point runs the same replicas", field="--grid",
                          fix="give --seeds N (or replicas: N in the scenario) for every point")
     jobs = _checked_counts(args)
     _refuse_replaced_by_grid(args, grid)
-    base = BaseScenario(spec=args.scenario, topology=args.topology, workload=args.workload,
-                        schedule=args.schedule, overrides=tuple(args.overrides),
-                        iterations=args.iterations, seed=args.seed)
+    base = _base_scenario(args, grid, imported)
     from .replicas import one_seed_base, sweep_replicated, sweep_seeds
     base = one_seed_base(args, base)   # --seeds 1 over a scenario's replicas: N: one plain run a point
     seeds = sweep_seeds(args, base)   # --seeds, else the scenario's replicas: (read once)
@@ -137,6 +180,9 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         held.enter_context(_one_writer(args.out))   # held until the outputs are written
         store = ResultsStore(args.out / f"results.{args.format}")
+        if imported is not None:   # what the points varied around, re-loadable by `rlsim sweep FILE`
+            from .run import imported_scenario_yaml
+            (args.out / IMPORTED_SCENARIO_NAME).write_text(imported_scenario_yaml(imported, args))
     target = _target(args, grid)
     evaluate = functools.partial(simulate_point, base)
     evaluate, fingerprint = sweep_replicated(base, seeds, evaluate, fingerprint, grid)
@@ -177,6 +223,8 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         common.print_json(objects)
     else:
         _print_table(objects, list(grid), sweep, store, answer, target)
+        if imported is not None and args.out:
+            print(f"base scenario: {args.out / IMPORTED_SCENARIO_NAME} (imported from {imported.source})")
     if objects and all(o.get("error") for o in objects):
         # Nothing was simulated: bad input for every point. The rows are printed and saved above.
         ran = ""
