@@ -31,7 +31,7 @@ EXAMPLES = """examples:
   rlsim sweep --workload grpo-qwen2.5-7b --grid topology.preset=dgx-h100,dgx-a100 --grid topology.nodes=2,4,8 \\
       --target-tokens-per-s 40000 --price h100=2.5 --price a100-80gb=1.6
   rlsim sweep --grid schedule.staleness=0,1,2 --executor dask --scheduler tcp://10.0.0.5:8786 --out s
-  rlsim sweep --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml data.train_batch_size=128 \
+  rlsim sweep --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml data.train_batch_size=128 \\
       --grid topology.nodes=1,2,4 --seeds 3 --out verl-scaling
 
 With --from-verl (--from-nemo-rl, --from-areal, --from-openrlhf, --from-trl, --from-skyrl) the
