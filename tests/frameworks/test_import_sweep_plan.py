@@ -26,12 +26,17 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_a_sweep_of_an_imported_config_is_its_runs_with_the_grid_values_set(capsys):
+def test_a_sweep_of_an_imported_config_is_its_runs_with_the_grid_values_set(tmp_path, capsys):
     code, out, err = cli(capsys, "sweep", "--from-verl", VERL, *SMALL, "--grid", "topology.nodes=1,2",
-                         "--iterations", "1", "--jobs", "1", "--json")
+                         "--iterations", "1", "--jobs", "1", "--json", "--out", str(tmp_path))
     assert code == 0, err
     assert "25 keys mapped" in err   # the import's listing, on stderr as `run` prints it
     rows = json.loads(out)
+    # the base it writes to --out is the same scenario as a file: the same rows
+    code, again, err = cli(capsys, "sweep", str(tmp_path / "imported-scenario.yaml"), "--grid", "topology.nodes=1,2",
+                           "--jobs", "1", "--json")
+    assert code == 0, err
+    assert json.loads(again) == rows
     assert [row["grid"] for row in rows] == [{"topology.nodes": 1}, {"topology.nodes": 2}]
     for row in rows:
         nodes = row["grid"]["topology.nodes"]
