@@ -117,10 +117,13 @@ def _base_scenario(args: argparse.Namespace, grid: dict[str, list[Any]], importe
 
 def _refuse_config_keys_in_grid(imported: Any, grid: dict[str, list[Any]]) -> None:
     """A --grid key of the framework's own table (data.train_batch_size) is not a scenario key: said
-    with the scenario key it maps to, rather than as a scenario key that does not exist."""
+    with the scenario key it maps to, rather than as a scenario key that does not exist. A key under a
+    scenario section is the scenario's, whatever the framework calls its own (AReaL's and TRL's `seed`)."""
     from ..frameworks.common import rule_for
+    from ..scenario import Scenario
+    sections = set(Scenario.model_fields) - {"source"}
     for key in grid:
-        rule = None if key.split(".")[0] in ("topology", "workload", "schedule") else rule_for(key, imported.rules)
+        rule = None if key.split(".")[0] in sections else rule_for(key, imported.rules)
         if rule is None:
             continue
         target = f"sweep the scenario key it sets (--grid {rule.target}=...), or " if rule.target else ""

@@ -102,6 +102,29 @@ def test_the_grid_keys_are_the_users_in_the_import_as_set_keys_are(capsys):
     assert "topology dgx-h100 sized by --set" in err and "x 1 nodes = 8 GPUs" not in err
 
 
+@pytest.mark.parametrize(("flag", "config"), [
+    ("--from-verl", "verl-grpo-qwen2.5-7b.yaml"), ("--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml"),
+    ("--from-areal", "areal-grpo-qwen2.5-1.5b.yaml"), ("--from-openrlhf", "openrlhf-reinforce-qwen2.5-7b-hybrid.sh"),
+    ("--from-trl", "trl-grpo-qwen2.5-1.5b-colocate.yaml"), ("--from-skyrl", "skyrl-grpo-qwen2.5-1.5b-gsm8k.sh")])
+def test_every_framework_sweeps_over_rlsims_keys_and_plans(capsys, flag, config):
+    # seed is an rlsim scenario key, and AReaL's and TRL's configs have a `seed` of their own: the
+    # grid's is rlsim's (it was refused as the config's)
+    argv = [flag, str(EXAMPLES / config), "--iterations", "2", "--json"]
+    code, out, err = cli(capsys, "sweep", *argv, "--grid", "seed=0,1", "--jobs", "1")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [row["grid"] for row in rows] == [{"seed": 0}, {"seed": 1}] and not any(row.get("error") for row in rows)
+    code, single, err = cli(capsys, "run", *argv, "--set", "seed=1")
+    assert code == 0, err
+    assert rows[1]["steady_tokens_per_s"] == json.loads(single)["steady_tokens_per_s"]
+    # and plan ranks layouts of the job's trainer on the devices the import gives it (AReaL's example
+    # splits 8 GPUs into 4 of rollout and 4 of training: the plan's are the training pool's)
+    code, out, err = cli(capsys, "plan", flag, str(EXAMPLES / config), "--top", "1", "--json")
+    assert code == 0, err
+    pools = json.loads(single)["pools"]
+    assert json.loads(out)[0]["devices"] == pools.get("train", pools.get("actor"))
+
+
 @pytest.mark.parametrize(("argv", "field", "said"), [
     # a key of the config's own table: the scenario key it maps to is the grid's
     (["--grid", "data.train_batch_size=16,32"], "data.train_batch_size", "--grid workload.prompts_per_step=..."),
