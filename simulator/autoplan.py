@@ -668,7 +668,8 @@ class PlannerReplanner:
         kept = None if usable is None or self.sc.schedule.effective_placement != "colocated" \
             else lambda n, choice: usable(n, choice.as_dict())
         args = dict(failed=failed, ranks=pool_ranks, params=self.settings.params, recovery=self.recovery,
-                    current=choice, wide_space=wide, devices_kept=kept)
+                    current=choice, wide_space=wide, devices_kept=kept,
+                    software=TRAIN_SOFTWARE[self.sc.workload.train_software])
         # colocated StaleSync keeps training beside its tail where a layout allows it (a TP8 PP11 group of
         # all 352 survivors ran the rest synchronous: ~620 s steps against ~500 s); else any layout
         base.room_beside_tail = room_beside_tail(self.sc)

@@ -1334,7 +1334,8 @@ SPECULATIVE_KEYS = ("speculative_method", "num_speculative_tokens", "speculative
 @dataclass(frozen=True)
 class TrainSoftware:
     """A software stack: `params` for the cost model, and the layout options it always uses
-    (`recompute`, `zero`, `sequence_parallel`) or lacks (`context_parallel`)."""
+    (`recompute`, `zero`, `sequence_parallel`) or lacks (`context_parallel`, `pipeline_parallel`,
+    `tensor_parallel`)."""
 
     name: str
     params: TrainParams
@@ -1342,24 +1343,46 @@ class TrainSoftware:
     zero: tuple[int, ...]               # ZeRO stages it offers
     sequence_parallel: bool | None      # None: on whenever tp > 1
     context_parallel: bool              # whether cp > 1 exists
+    pipeline_parallel: bool             # whether pp > 1 (and interleaved chunks, vpp > 1) exist
+    tensor_parallel: bool               # whether tp > 1 exists
     source: str = ""
+    # where a layout it lacks runs instead: the fix of a refused layout (the framework's other backend)
+    lacking_fix: str = "pick another workload.train_software (megatron-core has every dimension)"
 
     def layout_fields(self, **fields: Any) -> dict[str, Any]:
         """Training-layout fields with this stack's settings (the first recompute mode and ZeRO
-        stage, its sequence parallelism) unless `fields` give them; RlsimError for a CP it lacks."""
+        stage, its sequence parallelism) unless `fields` give them; RlsimError for a TP, PP or CP it lacks."""
         fields.setdefault("recompute", self.recompute[0])
         fields.setdefault("zero", self.zero[0])
         fields.setdefault("sequence_parallel", self.sequence_parallel)
-        if not self.context_parallel and fields.get("cp", 1) not in (1, None):
-            raise RlsimError(f"{self.name} has no context parallelism", field="workload.train_layout.cp",
-                             fix="set cp: 1 or pick another workload.train_software")
+        refused = self.lacked_dimension(fields)
+        if refused:
+            key, message = refused
+            raise RlsimError(message, field=f"workload.train_layout.{key}", fix=self.lacked_fix(key))
         return fields
+
+    def lacked_dimension(self, layout: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(the layout key, "<key>=<value>: <stack> has no <dimension>") of the first parallel
+        dimension `layout` uses above 1 that this stack lacks; None where it lacks none."""
+        lacks = (("tp", self.tensor_parallel, "tensor parallelism"), ("pp", self.pipeline_parallel, "pipeline "
+                 "parallelism"), ("vpp", self.pipeline_parallel, "interleaved pipeline chunks"),
+                 ("cp", self.context_parallel, "context parallelism"))
+        for key, offered, what in lacks:
+            if not offered and layout.get(key, 1) not in (1, None):
+                return key, f"{key}={layout[key]}: {self.name} has no {what}"
+        return None
+
+    def lacked_fix(self, key: str) -> str:
+        """The fix of a layout that sets `key` above 1 on this stack."""
+        return f"set {'pp: 1 and vpp: 1' if key in ('pp', 'vpp') else f'{key}: 1'}, or {self.lacking_fix}"
 
     def search_limits(self) -> dict[str, list]:
         """The planner search-space fields this stack pins (`SearchSpace(**limits)`)."""
         out: dict[str, list] = {"recompute": list(self.recompute), "zero": list(self.zero)}
-        if not self.context_parallel:
-            out["cp"] = [1]
+        for key, offered in (("tp", self.tensor_parallel), ("pp", self.pipeline_parallel),
+                             ("vpp", self.pipeline_parallel), ("cp", self.context_parallel)):
+            if not offered:
+                out[key] = [1]
         return out
 
     def replace(self, **fields: Any) -> "TrainSoftware":
@@ -1378,6 +1401,7 @@ MEGATRON_2021 = TrainSoftware(
                                        grad_reduce_bytes_per_param=2.0),
                        memory=MemoryParams(grad_bytes_per_param=2.0)),
     recompute=("full",), zero=(0,), sequence_parallel=False, context_parallel=False,
+    pipeline_parallel=True, tensor_parallel=True,
     source="arXiv 2104.04473; NVIDIA/Megatron-LM 2021 (megatron/p2p_communication.py, schedules.py)")
 
 # Megatron-Core (NVIDIA/Megatron-LM core_r0.x, 2024-2025) with its default flags: FlashAttention
@@ -1390,6 +1414,7 @@ MEGATRON_2021 = TrainSoftware(
 MEGATRON_CORE = TrainSoftware(
     name="megatron-core", params=TrainParams(),
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
+    pipeline_parallel=True, tensor_parallel=True,
     source="NVIDIA/Megatron-LM megatron/core (training/arguments.py defaults); arXiv 2205.05198")
 
 # Megatron-LM as in Korthikanti et al. 2022 (arXiv 2205.05198): sequence parallelism with TP
@@ -1407,6 +1432,7 @@ MEGATRON_2022 = TrainSoftware(
                                        grad_reduce_bytes_per_param=2.0),
                        memory=MemoryParams(grad_bytes_per_param=2.0)),
     recompute=("selective", "full", "none"), zero=(0,), sequence_parallel=None, context_parallel=False,
+    pipeline_parallel=True, tensor_parallel=True,
     source="arXiv 2205.05198; NVIDIA/Megatron-LM 2022 (megatron/mpu/layers.py, p2p_communication.py)")
 
 # Megatron-Core with the overlap flags its performance runs use (NVIDIA/Megatron-LM README, the
@@ -1424,6 +1450,7 @@ MEGATRON_CORE_OVERLAP = TrainSoftware(
                                        dp_bucket_min_params=MCORE_DDP_BUCKET_MIN_PARAMS, tp_userbuffers=True,
                                        sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.8)),
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
+    pipeline_parallel=True, tensor_parallel=True,
     source="NVIDIA/Megatron-LM README (r0.8.0 performance runs); megatron-core 0.8.0 megatron/core/distributed "
            "(bucket size, overlap), optimizer/distrib_optimizer.py; transformer-engine 1.9.0 "
            "pytorch/module/base.py initialize_ub (userbuffer methods)")
@@ -1463,6 +1490,24 @@ LIGER_SAVED_GATED_FFN_TENSORS = 3.0
 # recompute) or none, ZeRO 3 first and 0-2 offered, no tensor-parallel sequence parallelism unless a
 # layout asks for it, context parallelism as the frameworks add it (verl's Ulysses, NeMo RL's
 # DTensor cp); the collectives' constants are TrainParams' (ZeRO-3's per-layer gathers).
+# Tensor parallelism as the frameworks that have it add it to the model code (NeMo RL's DTensor
+# tensor_parallel_size, OpenRLHF's DeepSpeed AutoTP ds.tensor_parallel_size, AReaL's FSDP engine t);
+# no pipeline stages: none of the trainers that run transformers' model code splits it into stages
+# (HF_PIPELINE_PARALLEL below).
+# Pipeline parallelism of the trainers on transformers' model code (read in their wheels): verl 0.9.1's
+# FSDP engine builds a (ddp, fsdp) mesh and a (dp, sp) Ulysses one (workers/engine/fsdp/utils.py
+# create_device_mesh, transformer_impl.py _init_device_mesh; 0.7.0 workers/fsdp_workers.py the same),
+# OpenRLHF 0.11.2's DeepSpeed strategy a (dp, sp, tp) one (utils/deepspeed/deepspeed.py
+# setup_distributed), AReaL 1.0.4's FSDP engine asserts it (engine/fsdp_utils/parallel.py
+# ParallelHelper.from_parallel_strategy: "Pipeline parallelism is not supported in FSDP"), SkyRL
+# 0.3.0's FSDP workers a (dp, sp) mesh (backends/skyrl_train/workers/worker.py), accelerate 1.16's
+# ParallelismConfig (TRL's GRPOTrainer) dp_replicate / dp_shard / tp / cp / sp and no pp, NeMo RL's
+# dtensor_cfg tensor / context / sequence parallel only (/work/shared/reference/frameworks.md: its
+# pipeline stages are its Megatron backend's). Pipelines are their Megatron backends'.
+HF_PIPELINE_PARALLEL = False
+HF_MEGATRON_BACKEND_FIX = ("pick a Megatron stack (workload.train_software: megatron-core), which is the "
+                           "framework's Megatron backend (verl actor.strategy: megatron, NeMo RL "
+                           "policy.megatron_cfg.enabled, AReaL actor.backend megatron:..., SkyRL strategy megatron)")
 HF_TRANSFORMERS = TrainSoftware(
     name="hf-transformers",
     params=TrainParams(compute=ComputeParams(norm_traffic_bytes_per_hidden=2 * HF_RMSNORM_BYTES_PER_HIDDEN,
@@ -1474,6 +1519,7 @@ HF_TRANSFORMERS = TrainSoftware(
                                            logits_bytes_per_elem=HF_LOGITS_BYTES_PER_ELEM,
                                            grad_buffer_persists=False)),
     recompute=("full", "none"), zero=(3, 2, 1, 0), sequence_parallel=False, context_parallel=True,
+    pipeline_parallel=HF_PIPELINE_PARALLEL, tensor_parallel=True, lacking_fix=HF_MEGATRON_BACKEND_FIX,
     source="transformers 5.25.0 models/llama/modeling_llama.py, models/qwen2/modeling_qwen2.py (LlamaRMSNorm, "
            "apply_rotary_pos_emb, LlamaMLP, LlamaDecoderLayer)")
 
@@ -1496,6 +1542,38 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
                                            logits_bytes_per_elem=HF_LOGITS_BYTES_PER_ELEM,
                                            grad_buffer_persists=False)),
     source="liger-kernel 0.8.5 liger_kernel/ops/rms_norm.py, rope.py, swiglu.py; transformers 5.25.0 (residual adds)")
+
+# The trainers on transformers' model code that add no tensor parallelism to it, as stacks of their
+# own (the same constants: the model code's, with Liger's kernels where the config asks for them), so
+# that a layout they cannot run is refused and the planner does not offer one:
+# - verl's FSDP workers: a (ddp, fsdp) mesh and Ulysses' (dp, sp), no TP (verl 0.9.1
+#   workers/engine/fsdp/utils.py create_device_mesh, transformer_impl.py _init_device_mesh; 0.7.0
+#   workers/fsdp_workers.py); their cp is Ulysses (ulysses_sequence_parallel_size).
+# - SkyRL's FSDP workers: a (dp, sp) mesh, no TP (skyrl 0.3.0 backends/skyrl_train/workers/worker.py,
+#   distributed/fsdp_utils.py create_device_mesh); cp is Ulysses (sequence_parallel_size).
+# - TRL's GRPOTrainer under accelerate: GRPOConfig refuses cp_size / sp_size > 1 (trl 1.16.0
+#   trainer/grpo_config.py __post_init__), and accelerate 1.16 runs tp_size > 1 only on a model already
+#   loaded tensor-parallel (accelerator.py prepare_model: "Model should undergo tensor parallel before
+#   passing it to accelerate"), which GRPOTrainer's create_model_from_path does not ask for; rlsim's
+#   import models its data-parallel backends (DDP, DeepSpeed ZeRO, FSDP) only.
+VERL_FSDP_FIX = "verl's Megatron backend: actor_rollout_ref.actor.strategy=megatron (workload.train_software: megatron-core)"
+SKYRL_FSDP_FIX = "SkyRL's Megatron backend: trainer.strategy=megatron (workload.train_software: megatron-core)"
+TRL_FIX = "another framework: TRL's GRPOTrainer runs data parallelism only (DDP, DeepSpeed ZeRO, FSDP)"
+VERL_FSDP = HF_TRANSFORMERS.replace(name="verl-fsdp", tensor_parallel=False, lacking_fix=VERL_FSDP_FIX,
+                                    source="verl 0.9.1 workers/engine/fsdp (device meshes); " + HF_TRANSFORMERS.source)
+VERL_FSDP_LIGER = HF_TRANSFORMERS_LIGER.replace(name="verl-fsdp-liger", tensor_parallel=False, lacking_fix=VERL_FSDP_FIX,
+                                                source="verl 0.9.1 workers/engine/fsdp (device meshes); "
+                                                       + HF_TRANSFORMERS_LIGER.source)
+SKYRL_FSDP = HF_TRANSFORMERS.replace(name="skyrl-fsdp", tensor_parallel=False, lacking_fix=SKYRL_FSDP_FIX,
+                                     source="skyrl 0.3.0 backends/skyrl_train/workers/worker.py (device mesh); "
+                                            + HF_TRANSFORMERS.source)
+TRL_ACCELERATE = HF_TRANSFORMERS.replace(name="trl", tensor_parallel=False, context_parallel=False, lacking_fix=TRL_FIX,
+                                         source="trl 1.16.0 trainer/grpo_config.py; accelerate 1.16.0 accelerator.py; "
+                                                + HF_TRANSFORMERS.source)
+TRL_ACCELERATE_LIGER = HF_TRANSFORMERS_LIGER.replace(name="trl-liger", tensor_parallel=False, context_parallel=False,
+                                                     lacking_fix=TRL_FIX,
+                                                     source="trl 1.16.0 trainer/grpo_config.py; accelerate 1.16.0 "
+                                                            "accelerator.py; " + HF_TRANSFORMERS_LIGER.source)
 
 # The entropy over the vocabulary, (forward, backward) bytes per bf16 logit, by kernel (workload.entropy
 # .kernel): each kernel's distinct tensors read and written once (a row's re-reads inside one kernel
@@ -1633,7 +1711,9 @@ def logprob_traffic(kernel: tuple[float, float], temperature_scaled: bool,
 
 DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
 TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_CORE_OVERLAP, MEGATRON_2022,
-                                                                 MEGATRON_2021, HF_TRANSFORMERS, HF_TRANSFORMERS_LIGER)}
+                                                                 MEGATRON_2021, HF_TRANSFORMERS, HF_TRANSFORMERS_LIGER,
+                                                                 VERL_FSDP, VERL_FSDP_LIGER, SKYRL_FSDP,
+                                                                 TRL_ACCELERATE, TRL_ACCELERATE_LIGER)}
 
 
 def train_software(name: str, field: str = "workload.train_software", source: str | None = None) -> TrainSoftware:

@@ -615,12 +615,11 @@ class WorkloadConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "WorkloadConfig":
-        if isinstance(self.train_layout, dict) and self.train_layout.get("cp", 1) not in (1, None):
-            stack = TRAIN_SOFTWARE[self.train_software]
-            if not stack.context_parallel:
-                raise CrossFieldError(f"train_layout.cp={self.train_layout['cp']}: {stack.name} has no context "
-                                      "parallelism (set cp: 1 or another train_software)", "train_software",
-                                      at="train_layout.cp")
+        stack = TRAIN_SOFTWARE[self.train_software]
+        lacked = stack.lacked_dimension(self.train_layout) if isinstance(self.train_layout, dict) else None
+        if lacked:   # a TP, PP or CP the stack (the framework's trainer) does not run
+            key, message = lacked
+            raise CrossFieldError(f"train_layout.{message} ({stack.lacked_fix(key)})", "train_software", at=f"train_layout.{key}")
         limit, prompt_max = self.inference.max_model_len, self.prompt_length.get("max")
         if limit is not None and isinstance(prompt_max, (int, float)) and prompt_max >= limit:
             raise CrossFieldError(f"prompt_length.max={prompt_max} leaves no room for a response under "

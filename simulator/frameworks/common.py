@@ -816,9 +816,10 @@ def flag(value: Any, key: str, source: str) -> bool:
 
 
 # The training stacks of the trainers that run Hugging Face transformers' model code (TRL, verl's
-# FSDP workers, OpenRLHF's DeepSpeed actor, AReaL's FSDP engine, NeMo RL's DTensor policy): its
-# unfused element-wise ops, or Liger's kernels in their place (params.HF_TRANSFORMERS(_LIGER)).
-HF_TRAIN_SOFTWARE, HF_LIGER_TRAIN_SOFTWARE = "hf-transformers", "hf-transformers-liger"
+# FSDP workers, OpenRLHF's DeepSpeed actor, AReaL's FSDP engine, NeMo RL's DTensor policy, SkyRL's
+# FSDP workers): its unfused element-wise ops, or Liger's kernels in their place
+# (params.HF_TRANSFORMERS(_LIGER); the trainers without its TP have their own, of the same constants).
+HF_TRAIN_SOFTWARE = "hf-transformers"
 
 
 def merge_train_params(w: dict[str, Any], fields: Mapping[str, Mapping[str, Any]]) -> None:
@@ -829,8 +830,15 @@ def merge_train_params(w: dict[str, Any], fields: Mapping[str, Mapping[str, Any]
         w.setdefault("train_params", {}).setdefault(part, {}).update(values)
 
 
-def hf_train_software(liger: bool) -> str:
-    return HF_LIGER_TRAIN_SOFTWARE if liger else HF_TRAIN_SOFTWARE
+def hf_train_software(liger: bool, trainer: str = HF_TRAIN_SOFTWARE) -> str:
+    """The stack of transformers' model code (Liger's kernels in it with ``liger``) as ``trainer``
+    runs it: a trainer with a stack of its own, for the parallelism it lacks (params.VERL_FSDP
+    "verl-fsdp", SKYRL_FSDP "skyrl-fsdp", TRL_ACCELERATE "trl"), else the shared hf-transformers."""
+    from ..params import TRAIN_SOFTWARE
+    name = f"{trainer}-liger" if liger else trainer
+    if name not in TRAIN_SOFTWARE:
+        raise ValueError(f"no training stack {name!r}")   # a trainer without a Liger variant: the caller's bug
+    return name
 
 
 # transformers' attention implementations (attn_implementation) that run flash_attention_forward

@@ -150,7 +150,7 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
         _train_layout(v, strategy, policy_gpus, decided), w.get("model"),
         {"etp": "trainer.policy.megatron_config.expert_tensor_parallel_size"}, decided)
     if strategy == "fsdp":   # transformers' model code under FSDP2 (megatron: Megatron's)
-        w["train_software"] = hf_train_software(False)
+        w["train_software"] = hf_train_software(False, "skyrl-fsdp")   # no TP: params.SKYRL_FSDP
         merge_train_params(w, {"memory": FSDP_MASTER_STATE, "comm": FSDP_MASTER_STEP})
         _logits_passes(v, w)
         _hf_attention(v, w)

@@ -227,7 +227,7 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
     w["response_length"] = capped_length("response_length", v("max_completion_length"), "max_completion_length",
                                          src, v.result.notes)
     w["train_layout"] = _train_layout(v, batches["per_device"])
-    w["train_software"] = hf_train_software(v.flag("use_liger_kernel"))
+    w["train_software"] = hf_train_software(v.flag("use_liger_kernel"), "trl")   # no TP, no CP: params.TRL_ACCELERATE
     w["dtype"] = _dtype(v)
     w["reference"] = _number(v, "beta") != 0
     w["reward"] = _reward(v)

@@ -1135,7 +1135,7 @@ def _train_software(v: Values, w: dict[str, Any], decided: dict[str, tuple[Statu
         if v.given(f"{A}.model.use_liger"):
             decided[f"{A}.model.use_liger"] = ("ignored", "the megatron workers do not read it")
         return
-    w["train_software"] = hf_train_software(v.flag(f"{A}.model.use_liger"))
+    w["train_software"] = hf_train_software(v.flag(f"{A}.model.use_liger"), "verl-fsdp")   # no TP: params.VERL_FSDP
 
 
 def _entropy(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -19,6 +19,7 @@ from ..errors import RlsimError
 from ..strict_model import StrictModel
 from .hetero import HeteroParams, HeteroPlan, hetero_step_models, plan_on_step_models
 from .search import (
+    PARALLEL_DIMENSIONS,
     Evaluator,
     PlannerParams,
     SearchSpace,
@@ -79,7 +80,8 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
                       space: SearchSpace | None = None, params: PlannerParams | None = None,
                       recovery: RecoveryParams | None = None, evaluator: Evaluator | None = None,
                       current: TrainChoice | None = None, wide_space: SearchSpace | None = None,
-                      devices_kept: Callable[[int, TrainChoice], int] | None = None) -> Replan:
+                      devices_kept: Callable[[int, TrainChoice], int] | None = None,
+                      software: Any = None) -> Replan:
     """The best layout on the surviving devices, and the planning cost (simulated seconds).
 
     With the running layout `current` (and no `space`), its neighbourhood is searched first; where
@@ -87,7 +89,9 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
     space) is searched on them too, and the faster plan is kept (both searches' cost counted). With
     `devices_kept` (a colocated pool, whose devices also generate: the devices it runs on of n
     survivors under a layout) the plan that keeps more is kept, the faster only among equals: devices left idle
-    leave generation too, which a training step time does not show.
+    leave generation too, which a training step time does not show. With `software` (the training
+    stack, params.TrainSoftware) the neighbourhood keeps to the parallel dimensions it runs (no
+    pipeline for the hf-transformers stacks).
 
     When no layout divides every survivor, whole nodes are left idle one at a time until one does.
     """
@@ -97,7 +101,10 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
     params = params or PlannerParams()
     search = dict(topology=topology, global_batch=global_batch, seq_len=seq_len, alive=alive, params=params,
                   evaluator=evaluator)
-    near = _on_the_most_survivors(model, space=space or (neighbourhood(current, model) if current else None), **search)
+    near_space = neighbourhood(current, model) if current else None
+    if near_space is not None and software is not None:
+        near_space = near_space.for_software(software, keys=PARALLEL_DIMENSIONS)
+    near = _on_the_most_survivors(model, space=space or near_space, **search)
     if current is None or space is not None or not recovery.widen or (near[0] and len(near[0][0]) == len(alive)):
         return _replan(near, ranks, alive)
     wide = _on_the_most_survivors(model, space=wide_space, **search)

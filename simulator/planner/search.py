@@ -71,12 +71,29 @@ class SearchSpace(StrictModel):
     # round is then partial and replicas get uneven counts (llm/training.py's sampler handles it).
     exact_batch: bool = True
 
-    def for_software(self, software: Any) -> SearchSpace:
-        """This space narrowed to what a training stack offers (params.TrainSoftware.search_limits),
-        keeping this space's order of values."""
-        limits = software.search_limits()
-        return self.model_copy(update={k: [v for v in getattr(self, k) if v in allowed]
-                                       for k, allowed in limits.items()})
+    def for_software(self, software: Any, keys: Collection[str] | None = None) -> SearchSpace:
+        """This space narrowed to what a training stack offers (params.TrainSoftware.search_limits;
+        only its `keys` where given), keeping this space's order of values."""
+        update: dict[str, list] = {}
+        for key, allowed in software.search_limits().items():
+            if keys is not None and key not in keys:
+                continue
+            given = getattr(self, key)
+            update[key] = list(allowed) if given is None else [v for v in given if v in allowed]
+            if not update[key]:   # the defaults hold each stack's first values: a planner.space the user gave
+                raise _outside_the_stack(software, key, given, list(allowed))
+        return self.model_copy(update=update)
+
+
+def _outside_the_stack(software: Any, key: str, given: list, allowed: list) -> RlsimError:
+    """The error of a planner.space.<key> none of whose values the training stack runs."""
+    lacked = software.lacked_dimension({key: given[0]}) if key in PARALLEL_DIMENSIONS else None
+    if lacked:
+        return RlsimError(f"planner.space.{key}={given}: {lacked[1].split(': ', 1)[1]}", field=f"planner.space.{key}",
+                          fix=software.lacked_fix(key))
+    return RlsimError(f"planner.space.{key}={given}: {software.name} offers {key} {allowed}",
+                      field=f"planner.space.{key}", fix=f"give planner.space.{key} values of {allowed}, or another "
+                                                        "workload.train_software")
 
 
 @dataclass
@@ -111,6 +128,10 @@ class TrainPlan:
     @property
     def best(self) -> TrainCandidate:
         return self.candidates[0]
+
+
+# The parallel dimensions a training stack may lack (params.TrainSoftware.lacked_dimension)
+PARALLEL_DIMENSIONS = ("tp", "pp", "vpp", "cp")
 
 
 def neighbourhood(current: TrainChoice, model: Any) -> SearchSpace:

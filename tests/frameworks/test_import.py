@@ -1691,12 +1691,14 @@ def test_a_changed_key_the_error_is_not_about_is_not_named_first():
 
 
 def test_trainers_of_transformers_model_code_get_its_stack():
-    """verl's FSDP workers and NeMo RL's DTensor policy run transformers' model code: hf-transformers,
-    or hf-transformers-liger with verl's model.use_liger; the Megatron backends keep Megatron-Core."""
+    """verl's FSDP workers and NeMo RL's DTensor policy run transformers' model code: verl's FSDP
+    workers its stack without TP, verl-fsdp (verl-fsdp-liger with model.use_liger: the constants of
+    hf-transformers(-liger)), NeMo RL's DTensor hf-transformers (its tensor_parallel_size); the Megatron
+    backends keep Megatron-Core."""
     verl_cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
-    assert import_config("verl", verl_cfg).scenario["workload"]["train_software"] == "hf-transformers"
+    assert import_config("verl", verl_cfg).scenario["workload"]["train_software"] == "verl-fsdp"
     liger = import_config("verl", verl_cfg, ["+actor_rollout_ref.model.use_liger=true"])
-    assert liger.scenario["workload"]["train_software"] == "hf-transformers-liger"
+    assert liger.scenario["workload"]["train_software"] == "verl-fsdp-liger"
     megatron = import_config("verl", verl_cfg, ["actor_rollout_ref.actor.strategy=megatron",
                                                 "+actor_rollout_ref.model.use_liger=true"])
     assert "train_software" not in megatron.scenario["workload"]

@@ -52,7 +52,7 @@ def test_the_colocated_example_is_trls_step():
     w, s = r.scenario["workload"], r.scenario["schedule"]
     assert (w["prompts_per_step"], w["samples_per_prompt"], w["mini_batch_prompts"], w["ppo_epochs"]) == (32, 16, 32, 1)
     assert w["train_layout"] == {"tp": 1, "pp": 1, "cp": 1, "zero": 3, "micro_batch": 4, "recompute": "full"}
-    assert w["train_software"] == "hf-transformers"
+    assert w["train_software"] == "trl"   # transformers' model code, no TP nor CP (params.TRL_ACCELERATE)
     assert w["rollout_layout"]["max_num_seqs"] == 4 * 1 * 16 and w["rollout_layout"]["gpu_memory_utilization"] == 0.3
     assert w["inference"] == {"max_num_batched_tokens": 4096} and w["engine"] == "vllm-v1"
     assert w["reference"] is False and w["reward"] == {"kind": "rule", "handover": "batch"}
@@ -202,7 +202,7 @@ def test_sleep_mode_lora_and_a_reward_model():
     assert r.scenario["workload"]["train_params"]["compute"]["flash_attention"] is False   # eager: scores materialized
     load_scenario(r.scenario)
     liger = import_config("trl", COLOCATE, ["use_liger_kernel=true"])
-    assert liger.scenario["workload"]["train_software"] == "hf-transformers-liger"
+    assert liger.scenario["workload"]["train_software"] == "trl-liger"
 
 
 def test_a_typo_is_an_error_naming_the_key_it_is_close_to(capsys):
