@@ -1,0 +1,145 @@
+"""The parallel dimensions a training stack runs (params.TrainSoftware: tensor_parallel,
+pipeline_parallel, context_parallel): the trainers on transformers' model code run no pipeline
+stages, verl's and SkyRL's FSDP workers no TP, TRL's GRPOTrainer neither TP nor CP. The planner
+offers only what the stack runs, and a run's layout the stack cannot run is refused."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.errors import RlsimError
+from simulator.hardware.topology import load_topology
+from simulator.llm.architecture import load_model
+from simulator.params import (
+    HF_TRANSFORMERS,
+    HF_TRANSFORMERS_LIGER,
+    MEGATRON_CORE,
+    SKYRL_FSDP,
+    TRAIN_SOFTWARE,
+    TRL_ACCELERATE,
+    TRL_ACCELERATE_LIGER,
+    VERL_FSDP,
+    VERL_FSDP_LIGER,
+)
+from simulator.planner.replan import replan_on_failure
+from simulator.planner.search import Evaluation, SearchSpace, TrainChoice
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "workloads" / "frameworks"
+VERL = str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _dimensions(rows: list[dict]) -> set[tuple[int, int, int, int]]:
+    return {(r["layout"]["tp"], r["layout"]["pp"], r["layout"]["vpp"], r["layout"]["cp"]) for r in rows}
+
+
+def test_the_megatron_stacks_run_every_dimension_and_the_hf_stacks_no_pipeline():
+    for name, stack in TRAIN_SOFTWARE.items():
+        assert stack.pipeline_parallel is name.startswith("megatron"), name
+        assert stack.tensor_parallel is (name not in ("verl-fsdp", "verl-fsdp-liger", "skyrl-fsdp", "trl", "trl-liger"))
+    assert not TRL_ACCELERATE.context_parallel and not TRL_ACCELERATE_LIGER.context_parallel
+    assert VERL_FSDP.context_parallel and SKYRL_FSDP.context_parallel   # Ulysses
+    assert HF_TRANSFORMERS.search_limits() == {"recompute": ["full", "none"], "zero": [3, 2, 1, 0], "pp": [1], "vpp": [1]}
+    assert VERL_FSDP.search_limits() == {**HF_TRANSFORMERS.search_limits(), "tp": [1]}
+    assert TRL_ACCELERATE.search_limits() == {**HF_TRANSFORMERS.search_limits(), "tp": [1], "cp": [1]}
+    assert MEGATRON_CORE.search_limits() == {"recompute": ["selective", "none", "full"], "zero": [1, 0, 2, 3]}
+
+
+def test_a_trainers_stack_prices_what_its_model_code_stack_prices():
+    """The trainers' stacks differ from hf-transformers(-liger) in the dimensions they run only: an
+    import naming them costs what it cost under hf-transformers."""
+    for stack, base in ((VERL_FSDP, HF_TRANSFORMERS), (VERL_FSDP_LIGER, HF_TRANSFORMERS_LIGER),
+                        (SKYRL_FSDP, HF_TRANSFORMERS), (TRL_ACCELERATE, HF_TRANSFORMERS),
+                        (TRL_ACCELERATE_LIGER, HF_TRANSFORMERS_LIGER)):
+        differ = {f.name for f in dataclasses.fields(base) if getattr(stack, f.name) != getattr(base, f.name)}
+        assert differ <= {"name", "source", "lacking_fix", "tensor_parallel", "context_parallel"}, stack.name
+        assert stack.params == base.params
+
+
+def test_the_search_space_keeps_to_the_stack():
+    space = SearchSpace()
+    assert space.pp is None and space.for_software(MEGATRON_CORE).pp is None   # every divisor, as before
+    hf = space.for_software(HF_TRANSFORMERS)
+    assert (hf.pp, hf.vpp, hf.tp, hf.cp) == ([1], [1], [1, 2, 4, 8, 16], [1, 2])
+    verl = space.for_software(VERL_FSDP)
+    assert (verl.tp, verl.cp) == ([1], [1, 2])
+    assert space.for_software(HF_TRANSFORMERS, keys=("pp",)).vpp == [1, 2, 4]   # only the keys asked for
+    with pytest.raises(RlsimError) as err:
+        SearchSpace(pp=[2, 4]).for_software(HF_TRANSFORMERS)
+    assert err.value.field == "planner.space.pp" and "no pipeline parallelism" in err.value.message
+    assert "pp: 1" in err.value.fix and "megatron" in err.value.fix
+    with pytest.raises(RlsimError) as err:
+        SearchSpace(tp=[2]).for_software(VERL_FSDP)
+    assert err.value.field == "planner.space.tp" and "actor.strategy=megatron" in err.value.fix
+
+
+@pytest.mark.parametrize(("key", "value"), [("pp", 2), ("vpp", 2)])
+def test_a_layout_the_stack_lacks_is_refused_naming_the_field(key, value):
+    with pytest.raises(RlsimError) as err:
+        HF_TRANSFORMERS.layout_fields(**{key: value})
+    assert err.value.field == f"workload.train_layout.{key}" and "pp: 1 and vpp: 1" in err.value.fix
+    assert HF_TRANSFORMERS.lacked_dimension({"tp": 4, "pp": 1, "vpp": 1, "cp": 2}) is None
+    assert VERL_FSDP.lacked_dimension({"tp": 4}) == ("tp", "tp=4: verl-fsdp has no tensor parallelism")
+    assert TRL_ACCELERATE.lacked_dimension({"cp": 2}) == ("cp", "cp=2: trl has no context parallelism")
+
+
+def test_a_run_with_pp_2_on_hf_transformers_is_refused(capsys):
+    code, _, err = cli(capsys, "run", "--set", "workload.train_software=hf-transformers",
+                       "--set", "workload.train_layout.pp=2")
+    assert code == 2
+    assert "'workload.train_layout.pp'" in err and "hf-transformers has no pipeline parallelism" in err
+    assert "set pp: 1 and vpp: 1" in err and "megatron-core" in err
+
+
+def test_a_verl_fsdp_import_refuses_tp_and_plans_neither_tp_nor_pp(capsys):
+    code, _, err = cli(capsys, "run", "--from-verl", VERL, "--set", "workload.train_layout.tp=2", "--iterations", "1")
+    assert code == 2 and "verl-fsdp has no tensor parallelism" in err and "actor.strategy=megatron" in err
+    code, out, err = cli(capsys, "plan", "--from-verl", VERL, "--top", "1000", "--json")
+    assert code == 0, err
+    # verl's FSDP workers: tp 1, pp 1, vpp 1, and Ulysses (cp 2) offered; ranked #1 was {tp 1, pp 2, vpp 2, cp 2}
+    assert _dimensions(json.loads(out)) == {(1, 1, 1, 1), (1, 1, 1, 2)}
+
+
+@pytest.mark.parametrize(("flag", "config", "dimensions"), [
+    # DeepSpeed AutoTP (ds.tensor_parallel_size), no pipeline
+    ("--from-openrlhf", "openrlhf-reinforce-qwen2.5-7b-hybrid.sh", {(1, 1, 1, 1), (2, 1, 1, 1), (4, 1, 1, 1)}),
+    ("--from-trl", "trl-grpo-qwen2.5-1.5b-colocate.yaml", {(1, 1, 1, 1)}),   # no TP, no CP
+    ("--from-skyrl", "skyrl-grpo-qwen2.5-1.5b-gsm8k.sh", {(1, 1, 1, 1), (1, 1, 1, 2)})])   # Ulysses, no TP
+def test_the_planners_rows_of_an_hf_stack_import_have_no_pipeline(capsys, flag, config, dimensions):
+    code, out, err = cli(capsys, "plan", flag, str(EXAMPLES / config), "--top", "1000", "--json")
+    assert code == 0, err
+    assert _dimensions(json.loads(out)) == dimensions
+
+
+@pytest.mark.parametrize("megatron", [["actor_rollout_ref.actor.strategy=megatron"],
+                                      ["--set", "workload.train_software=megatron-core"]])
+def test_a_megatron_stack_still_plans_pipelines(capsys, megatron):
+    code, out, err = cli(capsys, "plan", "--from-verl", VERL, *megatron, "--top", "1000", "--json")
+    assert code == 0, err
+    dims = _dimensions(json.loads(out))
+    assert any(pp > 1 for _, pp, _, _ in dims) and any(vpp > 1 for _, _, vpp, _ in dims)
+    assert any(tp > 1 for tp, _, _, _ in dims)
+
+
+def test_a_failure_replan_keeps_to_the_stacks_dimensions():
+    """The running layout's neighbourhood lets pp move: an evaluator that favours pp 2 gets it on
+    Megatron-Core, and pp 1 on hf-transformers, which runs no pipeline."""
+    topo = load_topology("dgx-h100", {"nodes": 2})
+    model = load_model("llama3.1-8b")
+
+    def pipelines_pay(c: TrainChoice, ranks) -> Evaluation:
+        return Evaluation(10.0 / c.pp, 1.0, 0.4, 1e9, 0.1)
+    args = dict(failed=[15], current=TrainChoice(1, 1, 1, 8, 1, 1, 3, "full", 1), evaluator=pipelines_pay)
+    assert replan_on_failure(model, topo, 64, 4096, software=MEGATRON_CORE, **args).layout["pp"] > 1
+    assert replan_on_failure(model, topo, 64, 4096, **args).layout["pp"] > 1
+    hf = replan_on_failure(model, topo, 64, 4096, software=HF_TRANSFORMERS, **args)
+    assert (hf.layout["pp"], hf.layout["vpp"]) == (1, 1)
