@@ -88,12 +88,13 @@ def test_every_stack_loads_whole_and_under_each_switch_the_user_flips(name):
     to remove: it goes back to its default, which the knob with its switch off reads as the same."""
     stack = TRAIN_SOFTWARE[name]
     assert TrainParams.model_validate(stack.params.model_dump()) == stack.params
-    base = load_scenario(workload="grpo-qwen2.5-7b", overrides=[f"workload.train_software={name}"])
+    # the workload's TP 2 where the stack has TP (verl's and SkyRL's FSDP, TRL: none)
+    software = [f"workload.train_software={name}", *([] if stack.tensor_parallel else ["workload.train_layout.tp=1"])]
+    base = load_scenario(workload="grpo-qwen2.5-7b", overrides=software)
     assert base.workload.train_params == stack.params
     flips = ["comm.dp_overlap_fraction=0", "comm.tp_userbuffers=false", "comm.sp_backward_allgather=false",
              f"compute.flash_attention={str(not stack.params.compute.flash_attention).lower()}"]
-    sc = load_scenario(workload="grpo-qwen2.5-7b",
-                       overrides=[f"workload.train_software={name}", *(f"{P}.{f}" for f in flips)])
+    sc = load_scenario(workload="grpo-qwen2.5-7b", overrides=[*software, *(f"{P}.{f}" for f in flips)])
     comm = sc.workload.train_params.comm
     assert (comm.dp_bucket_min_params, comm.sp_backward_allgather_overlap_fraction) == (None, 0.0)
     assert load_scenario(sc.to_dict()).workload.train_params == sc.workload.train_params

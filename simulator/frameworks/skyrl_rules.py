@@ -199,7 +199,8 @@ _PLACEMENT: dict[str, Rule] = {
 
 _TRAINER: dict[str, Rule] = {
     "trainer.strategy": mapped("workload.train_layout", "fsdp / fsdp2: ZeRO-3 over the policy's GPUs (Ulysses "
-                               "sequence_parallel_size as cp); megatron: its megatron_config sizes"),
+                               "sequence_parallel_size as cp; train_software skyrl-fsdp: no TP, no pipeline); "
+                               "megatron: its megatron_config sizes"),
     "trainer.sequence_parallel_backend": unsupported("Ulysses is the sequence-parallel backend rlsim prices",
                                                      neutral="ulysses"),
     "trainer.policy.model.path": mapped("workload.model", "Hugging Face id or folder -> model preset, or the "

@@ -67,8 +67,9 @@ _TRAINING_ARGUMENTS: dict[str, Rule] = {
     "torch_compile": unsupported("torch.compile's kernel speed-up is not modelled (train_params.compute.* is the knob)",
                                  neutral=False),
     "torch_compile_backend": ignored("used with torch_compile"), "torch_compile_mode": ignored("used with torch_compile"),
-    "use_liger_kernel": mapped("workload.train_software", "true: hf-transformers-liger (Liger's RMSNorm, RoPE and "
-                                                          "SwiGLU kernels)"),
+    "use_liger_kernel": mapped("workload.train_software", "true: trl-liger (Liger's RMSNorm, RoPE and SwiGLU "
+                                                          "kernels), false trl (hf-transformers' constants, no TP, CP "
+                                                          "nor pipeline)"),
     "liger_kernel_config": unsupported("a subset of Liger's kernels is not modelled (all of them or none)",
                                        neutral=None),
     "torch_empty_cache_steps": unsupported("emptying the CUDA cache every N steps is not modelled", neutral=None),

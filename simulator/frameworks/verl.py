@@ -315,13 +315,15 @@ RULES: dict[str, Rule] = {
     **{f"{A}.model.{k}": ignored("model loading options: no effect on step time") for k in (
         "external_lib", "override_config.*", "override_config", "trust_remote_code", "custom_chat_template",
         "use_shm", "tokenizer_path", "hf_config_path")},
-    f"{A}.model.use_liger": mapped("workload.train_software", "fsdp / fsdp2: true hf-transformers-liger (Liger's "
-                                                             "RMSNorm, RoPE, SwiGLU), false hf-transformers"),
+    f"{A}.model.use_liger": mapped("workload.train_software", "fsdp / fsdp2: true verl-fsdp-liger (Liger's "
+                                                             "RMSNorm, RoPE, SwiGLU), false verl-fsdp (hf-transformers' "
+                                                             "constants, no TP, no pipeline)"),
     f"{A}.model.fused_kernel_options.*": unsupported("fused log-prob kernels are not modelled (read with "
                                                      "use_fused_kernels only)"),
     f"{A}.nccl_timeout": ignored("a collective's time-out: no effect on step time"),
     f"{A}.actor.freeze_vision_tower": ignored("vision-language models only: rlsim's models have no vision tower"),
-    f"{A}.actor.strategy": mapped("workload.train_layout", "megatron: its TP/PP/EP/CP; fsdp/fsdp2: tp 1, zero 3"),
+    f"{A}.actor.strategy": mapped("workload.train_layout", "megatron: its TP/PP/EP/CP; fsdp/fsdp2: tp 1, zero 3 "
+                                                           "(train_software verl-fsdp: no TP, no pipeline)"),
     f"{A}.actor.ppo_mini_batch_size": mapped("workload.mini_batch_prompts", "prompts per optimizer step"),
     f"{A}.actor.ppo_micro_batch_size_per_gpu": mapped("workload.train_layout.micro_batch"),
     f"{A}.actor.ppo_micro_batch_size": mapped("workload.train_layout.micro_batch", GLOBAL_MICRO_BATCH_NOTE),
