@@ -1559,11 +1559,18 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
 VERL_FSDP_FIX = "verl's Megatron backend: actor_rollout_ref.actor.strategy=megatron (workload.train_software: megatron-core)"
 SKYRL_FSDP_FIX = "SkyRL's Megatron backend: trainer.strategy=megatron (workload.train_software: megatron-core)"
 TRL_FIX = "another framework: TRL's GRPOTrainer runs data parallelism only (DDP, DeepSpeed ZeRO, FSDP)"
-VERL_FSDP = HF_TRANSFORMERS.replace(name="verl-fsdp", tensor_parallel=False, lacking_fix=VERL_FSDP_FIX,
-                                    source="verl 0.9.1 workers/engine/fsdp (device meshes); " + HF_TRANSFORMERS.source)
-VERL_FSDP_LIGER = HF_TRANSFORMERS_LIGER.replace(name="verl-fsdp-liger", tensor_parallel=False, lacking_fix=VERL_FSDP_FIX,
-                                                source="verl 0.9.1 workers/engine/fsdp (device meshes); "
-                                                       + HF_TRANSFORMERS_LIGER.source)
+# verl's FSDP shards as ZeRO-3 (FULL_SHARD / HYBRID_SHARD) or, with fsdp_config.reshard_after_forward false,
+# ZeRO-2 (SHARD_GRAD_OP / _HYBRID_SHARD_ZERO2): verl 0.9.1 workers/engine/fsdp/utils.py get_sharding_strategy;
+# never unsharded (ZeRO 0) nor optimizer-only (ZeRO 1).
+VERL_FSDP_ZERO = (3, 2)
+VERL_FSDP = HF_TRANSFORMERS.replace(name="verl-fsdp", tensor_parallel=False, zero=VERL_FSDP_ZERO,
+                                    lacking_fix=VERL_FSDP_FIX,
+                                    source="verl 0.9.1 workers/engine/fsdp (device meshes, get_sharding_strategy); "
+                                           + HF_TRANSFORMERS.source)
+VERL_FSDP_LIGER = HF_TRANSFORMERS_LIGER.replace(name="verl-fsdp-liger", tensor_parallel=False, zero=VERL_FSDP_ZERO,
+                                                lacking_fix=VERL_FSDP_FIX,
+                                                source="verl 0.9.1 workers/engine/fsdp (device meshes, "
+                                                       "get_sharding_strategy); " + HF_TRANSFORMERS_LIGER.source)
 SKYRL_FSDP = HF_TRANSFORMERS.replace(name="skyrl-fsdp", tensor_parallel=False, lacking_fix=SKYRL_FSDP_FIX,
                                      source="skyrl 0.3.0 backends/skyrl_train/workers/worker.py (device mesh); "
                                             + HF_TRANSFORMERS.source)
