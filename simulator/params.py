@@ -1563,24 +1563,24 @@ TRL_FIX = "another framework: TRL's GRPOTrainer runs data parallelism only (DDP,
 # ZeRO-2 (SHARD_GRAD_OP / _HYBRID_SHARD_ZERO2): verl 0.9.1 workers/engine/fsdp/utils.py get_sharding_strategy;
 # never unsharded (ZeRO 0) nor optimizer-only (ZeRO 1).
 VERL_FSDP_ZERO = (3, 2)
-VERL_FSDP = HF_TRANSFORMERS.replace(name="verl-fsdp", tensor_parallel=False, zero=VERL_FSDP_ZERO,
-                                    lacking_fix=VERL_FSDP_FIX,
-                                    source="verl 0.9.1 workers/engine/fsdp (device meshes, get_sharding_strategy); "
-                                           + HF_TRANSFORMERS.source)
-VERL_FSDP_LIGER = HF_TRANSFORMERS_LIGER.replace(name="verl-fsdp-liger", tensor_parallel=False, zero=VERL_FSDP_ZERO,
-                                                lacking_fix=VERL_FSDP_FIX,
-                                                source="verl 0.9.1 workers/engine/fsdp (device meshes, "
-                                                       "get_sharding_strategy); " + HF_TRANSFORMERS_LIGER.source)
-SKYRL_FSDP = HF_TRANSFORMERS.replace(name="skyrl-fsdp", tensor_parallel=False, lacking_fix=SKYRL_FSDP_FIX,
-                                     source="skyrl 0.3.0 backends/skyrl_train/workers/worker.py (device mesh); "
-                                            + HF_TRANSFORMERS.source)
-TRL_ACCELERATE = HF_TRANSFORMERS.replace(name="trl", tensor_parallel=False, context_parallel=False, lacking_fix=TRL_FIX,
-                                         source="trl 1.16.0 trainer/grpo_config.py; accelerate 1.16.0 accelerator.py; "
-                                                + HF_TRANSFORMERS.source)
-TRL_ACCELERATE_LIGER = HF_TRANSFORMERS_LIGER.replace(name="trl-liger", tensor_parallel=False, context_parallel=False,
-                                                     lacking_fix=TRL_FIX,
-                                                     source="trl 1.16.0 trainer/grpo_config.py; accelerate 1.16.0 "
-                                                            "accelerator.py; " + HF_TRANSFORMERS_LIGER.source)
+
+
+def _trainer_stack(base: TrainSoftware, name: str, source: str, **dimensions: Any) -> TrainSoftware:
+    """A trainer's stack: ``base``'s constants (the model code's, Liger's where asked) under the
+    parallel dimensions and ZeRO stages the trainer runs, its sources before ``base``'s."""
+    return base.replace(name=name, source=f"{source}; {base.source}", **dimensions)
+
+
+_VERL_FSDP = {"tensor_parallel": False, "zero": VERL_FSDP_ZERO, "lacking_fix": VERL_FSDP_FIX}
+_VERL_SOURCE = "verl 0.9.1 workers/engine/fsdp (device meshes, get_sharding_strategy)"
+_TRL = {"tensor_parallel": False, "context_parallel": False, "lacking_fix": TRL_FIX}
+_TRL_SOURCE = "trl 1.16.0 trainer/grpo_config.py; accelerate 1.16.0 accelerator.py"
+VERL_FSDP = _trainer_stack(HF_TRANSFORMERS, "verl-fsdp", _VERL_SOURCE, **_VERL_FSDP)
+VERL_FSDP_LIGER = _trainer_stack(HF_TRANSFORMERS_LIGER, "verl-fsdp-liger", _VERL_SOURCE, **_VERL_FSDP)
+SKYRL_FSDP = _trainer_stack(HF_TRANSFORMERS, "skyrl-fsdp", "skyrl 0.3.0 backends/skyrl_train/workers/worker.py "
+                            "(device mesh)", tensor_parallel=False, lacking_fix=SKYRL_FSDP_FIX)
+TRL_ACCELERATE = _trainer_stack(HF_TRANSFORMERS, "trl", _TRL_SOURCE, **_TRL)
+TRL_ACCELERATE_LIGER = _trainer_stack(HF_TRANSFORMERS_LIGER, "trl-liger", _TRL_SOURCE, **_TRL)
 
 # The entropy over the vocabulary, (forward, backward) bytes per bf16 logit, by kernel (workload.entropy
 # .kernel): each kernel's distinct tensors read and written once (a row's re-reads inside one kernel
