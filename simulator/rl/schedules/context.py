@@ -2,7 +2,7 @@
 environment, the sample store and queue, running totals, and the record the metrics read."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -175,11 +175,10 @@ class Context:
         served = [self.pools[role] for role in SERVED_FIELDS if role in self.pools]
         for pool in served:
             self._record_served(pool, makespan)
-        # devices no pool could use (whole instances / replicas only), before the served models' if any
-        used = max(p.start + p.count for name, p in self.pools.items() if name not in SERVED_FIELDS)
-        end = served[0].start if served else self.n_devices
-        if used < end:
-            self.timeline.add("unused", used, end - used, "idle", 0.0, makespan, cause="placement")
+        # devices no pool could use (whole instances / replicas only): after the pools, or between
+        # them (colocated: the actor rounded down to whole instances, verl's reward pool at the end)
+        for first, count in unused_ranges(self.pools.values(), self.n_devices):
+            self.timeline.add("unused", first, count, "idle", 0.0, makespan, cause="placement")
         pending = self.store.pending()    # samples never consumed by the end of the run: dropped explicitly
         if len(pending):
             late = self.store.at("finish", pending) > makespan + TIME_TOL_S   # still generating at the end
@@ -246,3 +245,15 @@ class IterationLog(list):
     def append(self, item: dict) -> None:
         super().append(item)
         self.progress(min(len(self), self.total), self.total)
+
+
+def unused_ranges(pools: Iterable[Pool], n_devices: int) -> list[tuple[int, int]]:
+    """(first rank, count) of each run of the ``n_devices`` ranks that no pool holds, in rank order."""
+    out, cursor = [], 0
+    for pool in sorted(pools, key=lambda p: p.start):
+        if pool.start > cursor:
+            out.append((cursor, pool.start - cursor))
+        cursor = max(cursor, pool.start + pool.count)
+    if cursor < n_devices:
+        out.append((cursor, n_devices - cursor))
+    return out

@@ -1,0 +1,280 @@
+"""Every schedule kind under a random valid combination of the knobs it takes (hypothesis, FakeCosts):
+the conservation laws the project promises hold whatever the knobs.
+
+A case draws a kind, then for each knob the kind accepts (ScheduleConfig.accepts on its placement) a
+value or nothing, and workload knobs (algorithm, dynamic sampling, mini-batches, epochs). A
+combination the scenario refuses when it loads, or the run refuses as it starts, is an RlsimError
+naming a field: that is the contract for it (tests/fuzz judges the messages); any other exception is
+a finding. A run that goes checks:
+
+- device time: each device's recorded intervals tile the makespan, whole run and steady window
+  (busy + bubbles by cause = devices x wall time, within round-off), the causes sum to the bubble
+  fraction, steady busy shares + steady bubble = 1;
+- samples: each sample recorded once, consumed or dropped (with a reason), never both; generated =
+  consumed + dropped; the steps' sample counts = the consumed; a prompt group never over n samples;
+- staleness: never above the summary's bound where the kind bounds it (staleness.bound not None);
+- throughput: tokens/s never above roofline_tokens_per_s; the trained tokens at the peak rate fit in
+  the device time spent training (FakeCosts train at the roofline's rate);
+- the critical path: shares sum to 1, each step's causes to its length;
+- determinism: the same scenario and seed give the same summary, byte for byte.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from simulator import metrics
+from simulator.errors import RlsimError
+from simulator.rl import critical_path
+from simulator.rl.fake_costs import FakeCosts
+from simulator.rl.schedules import run_schedule
+from simulator.rl.schedules.registry import kinds as registry_kinds
+from simulator.scenario import SCHEDULE_CLASSES, load_scenario
+
+PROMPTS, N = 8, 4
+
+# A value strategy per schedule knob (None: left out); the knobs a kind takes are read from its class.
+KNOB_VALUES: dict[str, st.SearchStrategy] = {
+    "overprovision": st.sampled_from([0.0, 0.25, 0.5]),
+    "micro_batching": st.sampled_from(["balanced", "sequence"]),
+    "fuse": st.sampled_from(["full", "actor"]),
+    "rollout_fraction": st.sampled_from([0.25, 0.5, 0.75]),
+    "rollout_devices": st.sampled_from([2, 4, 6]),
+    "tail_threshold": st.sampled_from([0.5, 0.9]),
+    "staleness": st.sampled_from([0, 1, 2, 3]),
+    "partial_rollout": st.booleans(),
+    "length_budget": st.sampled_from([50, 300, 2000]),
+    "placement": st.sampled_from(["colocated", "disaggregated"]),
+    "stream_threshold": st.sampled_from([0.25, 0.5, 1.0]),
+    "consolidate_share": st.sampled_from([0.25, 0.5, 0.75]),
+    "reward_during_forwards": st.booleans(),
+    "between_gen_batches": st.sampled_from(["stay", "sleep", "reshard"]),
+    "recompute_logprob": st.booleans(),
+    "round_batches": st.booleans(),
+    "aux_devices": st.sampled_from([2, {"reference": 2}]),
+    "require_batches": st.sampled_from([1, 2]),
+    "trigger_parameter_sync_step": st.sampled_from([1, 2, 3]),
+    "staleness_threshold": st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+    "max_inflight_prompts_per_server": st.sampled_from([1, 4, 16]),
+    "request_routing": st.booleans(),
+    "dynamic_resources": st.sampled_from([{}, {"policy": "fixed_ratio", "switch_cost_s": 0.1},
+                                          {"policy": "static_fully_async"}]),
+    "max_trajectory_age_steps": st.sampled_from([1, 2, 3]),
+    "in_flight_weight_updates": st.booleans(),
+    "async_engine": st.booleans(),
+    "recompute_kv_after_update": st.booleans(),
+    "max_head_offpolicyness": st.sampled_from([0, 1, 2, 4]),
+    "interruptible": st.booleans(),
+    "interrupt_keeps_kv": st.booleans(),
+    "max_concurrent_rollouts": st.sampled_from([1, 4, 16]),
+    "consumer_batch_size": st.sampled_from([4, 8]),
+    "num_warmup_batches": st.sampled_from([0, 0.5, 1, 2]),
+    "max_off_policy_threshold": st.sampled_from([None, 1, 2, 8]),
+    "max_off_policy_strategy": st.sampled_from(["drop", "wait"]),
+    "poll_interval_s": st.sampled_from([0.5, 2.0]),
+    "parameter_sync_step": st.sampled_from([1, 2, 4]),
+    "hybrid_rollout": st.sampled_from([{}, {"switch_threshold_release_steps": 1}]),
+    "max_inflight_gen_batches": st.sampled_from([1, 2]),
+}
+
+
+@st.composite
+def schedules(draw: st.DrawFn, dynamic_sampling: bool) -> dict[str, Any]:
+    """A kind and a value or nothing for each knob it takes; the pairs its class refuses on sight
+    (a budget without partial rollouts, overprovision beside dynamic sampling, ...) drawn seldom."""
+    kind = draw(st.sampled_from(registry_kinds()))
+    cls = SCHEDULE_CLASSES[kind]
+    sched: dict[str, Any] = {"kind": kind}
+    if "placement" in cls.ACCEPTS:
+        sched["placement"] = draw(KNOB_VALUES["placement"])
+    for knob in sorted(cls.accepts(sched.get("placement")) & set(KNOB_VALUES) - {"placement", "length_budget"}):
+        if draw(st.booleans()):
+            sched[knob] = draw(KNOB_VALUES[knob])
+    if sched.get("partial_rollout") and "length_budget" in cls.accepts(sched.get("placement")):
+        sched["length_budget"] = draw(KNOB_VALUES["length_budget"])
+    if dynamic_sampling:
+        sched.pop("overprovision", None)
+    if "dynamic_resources" in sched:
+        sched["request_routing"] = True
+    if sched.get("max_off_policy_threshold", 8) is None:
+        sched.pop("max_off_policy_strategy", None)
+    if not sched.get("interruptible", True):
+        sched.pop("interrupt_keeps_kv", None)
+    if not sched.get("in_flight_weight_updates"):
+        sched.pop("recompute_kv_after_update", None)
+    return sched
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict[str, Any]:
+    workload: dict[str, Any] = {"algorithm": draw(st.sampled_from(["grpo", "dapo", "ppo"]))}
+    if draw(st.booleans()):
+        workload["dynamic_sampling"] = {"keep_fraction": draw(st.sampled_from([0.4, 0.7, 1.0]))}
+    sched = draw(schedules("dynamic_sampling" in workload))
+    takes_batches = sched["kind"] in ("colocated", "disaggregated", "one-step-off", "stalesync", "async",
+                                      "nemo-rl-async")
+    if "dynamic_sampling" in workload and takes_batches:
+        workload["dynamic_sampling"].update({k: v for k, v in {
+            "gen_prompts": draw(st.sampled_from([None, 4, 8])),
+            "max_gen_batches": draw(st.sampled_from([None, 8]))}.items() if v is not None})
+    if "dynamic_sampling" not in workload:
+        sched.pop("max_inflight_gen_batches", None)
+    workload["mini_batch_prompts"] = draw(st.sampled_from([None, 2, 4]))
+    workload["ppo_epochs"] = draw(st.sampled_from([1, 2]))
+    if "aux_devices" in sched:
+        workload["reference"] = True
+        if sched["kind"] == "colocated":   # its one aux pool: verl's reward_pool
+            sched["aux_devices"] = {"reward": 2}
+            sched.pop("fuse", None)
+            workload["reward"] = {"kind": "model"}
+    if "consumer_batch_size" in sched:
+        sched["consumer_batch_size"] = max(sched["consumer_batch_size"], PROMPTS)
+    costs = {"instance_devices": draw(st.sampled_from([1, 2, 4])), "train_group_devices": draw(st.sampled_from([1, 2, 4])),
+             "sync_s": draw(st.sampled_from([0.0, 0.3])), "switch_s": draw(st.sampled_from([0.0, 0.1])),
+             "prefill_s_per_token": draw(st.sampled_from([0.0, 1e-5])),
+             "reward_s_per_sample": draw(st.sampled_from([0.0, 0.01])),
+             "instance_max_seqs": draw(st.sampled_from([2, 8, 1000]))}
+    return {"schedule": sched, "workload": {k: v for k, v in workload.items() if v is not None},
+            "seed": draw(st.integers(0, 10_000)), "devices": draw(st.sampled_from([8, 12, 16])),
+            "costs": costs, "iterations": draw(st.sampled_from([2, 3, 4]))}
+
+
+def lognormal(median: float, sigma: float, cap: int):
+    def sample(rng, n_prompts, n, step):
+        return np.clip(np.round(rng.lognormal(np.log(median), sigma, size=(n_prompts, n))), 1, cap).astype(int)
+    return sample
+
+
+def costs_of(case: dict[str, Any]) -> FakeCosts:
+    # training at the devices' peak (the roofline's FLOP per token and rate), so the roofline checks
+    # are tight
+    flops_per_token, peak_flops = 1e11, 1e15
+    return FakeCosts(flops_per_token=flops_per_token, peak_flops=peak_flops,
+                     train_device_s_per_token=flops_per_token / peak_flops, **case["costs"])
+
+
+def load(case: dict[str, Any]):
+    workload = {"model": "fake", "prompts_per_step": PROMPTS, "samples_per_prompt": N, **case["workload"],
+                "prompt_length": {"dist": "lognormal", "median": 60, "sigma": 0.3, "max": 200},
+                "response_length": {"dist": "lognormal", "median": 200, "sigma": 1.0, "max": 2000}}
+    return load_scenario({"topology": "fake", "workload": workload, "schedule": case["schedule"],
+                          "iterations": case["iterations"], "seed": case["seed"]})
+
+
+def simulate(case: dict[str, Any], on_refusal=note):
+    """(scenario, costs, record, timeline, samples, summary with its critical_path), or None where
+    refused by name (the refusal handed to ``on_refusal``)."""
+    try:
+        sc = load(case)
+        costs = costs_of(case)
+        rec = run_schedule(sc, costs, case["devices"], lognormal(60, 0.3, 200), lognormal(200, 1.0, 2000))
+    except RlsimError as exc:   # refused: the message must name what to change
+        assert exc.field and exc.fix, exc   # names what to change and how
+        on_refusal(f"refused: {exc}")
+        return None
+    tl, sm = rec.timeline.to_frame(), rec.samples.to_frame()
+    summary = metrics.summary(rec, tl, sm)
+    summary["critical_path"] = critical_path.of_run(rec, tl)
+    return sc, costs, rec, tl, sm, summary
+
+
+def check_device_time(case, rec, tl, s) -> None:
+    T, devices = rec.makespan_s, case["devices"]
+    assert np.allclose(metrics.per_device_time(tl, devices), T, rtol=1e-9, atol=1e-9)
+    window = metrics.steady_window(rec, tl)
+    low = float(rec.iterations[0]["end"]) if len(rec.iterations) >= 2 else 0.0
+    high = float(rec.iterations[-1]["end"]) if len(rec.iterations) >= 2 else T
+    assert np.allclose(metrics.per_device_time(window, devices), high - low, rtol=1e-9, atol=1e-9)
+    for frac, causes in ((s["bubble_fraction"], s["bubbles_by_cause"]),
+                         (s["steady_bubble_fraction"], s["steady_bubbles_by_cause"])):
+        assert -1e-12 <= frac <= 1 + 1e-12
+        assert math.isclose(sum(causes.values()), frac, rel_tol=1e-9, abs_tol=1e-12)
+    # the pools' busy shares weighted by their devices, plus the steady bubble, cover the window
+    seconds = metrics.device_seconds(window)
+    busy = float(seconds[window["state"].isin(metrics.BUSY_STATES)].sum())
+    assert math.isclose(busy / max(seconds.sum(), 1e-300) + s["steady_bubble_fraction"], 1.0, rel_tol=1e-9,
+                        abs_tol=1e-9) or seconds.sum() == 0
+
+
+def check_samples(sc, rec, sm, s) -> None:
+    assert sm["sample"].is_unique
+    consumed = sm["consumed_iteration"] >= 0
+    assert (consumed ^ sm["dropped"]).all()
+    assert (sm.loc[sm["dropped"], "drop_reason"] != "").all()
+    assert consumed.sum() == sum(it["samples"] for it in rec.iterations)
+    counts = s["samples"]
+    assert counts["generated"] == len(sm) == counts["consumed"] + sum(counts["dropped"].values())
+    assert (sm.groupby(["round", "group"]).size() <= sc.workload.samples_per_prompt).all()
+    assert (sm.loc[consumed, "consumed_iteration"] < len(rec.iterations)).all()
+
+
+def check_staleness(sc, sm, s) -> None:
+    consumed = sm["consumed_iteration"] >= 0
+    assert (sm.loc[consumed, "staleness"] >= 0).all()
+    bound = s["staleness"]["bound"]
+    if bound is not None and consumed.any():
+        assert sm.loc[consumed, "staleness"].max() <= math.floor(bound) + 1e-9, bound
+
+
+def check_throughput(sc, costs, rec, tl, s) -> None:
+    assert s["tokens_per_s"] <= s["roofline_tokens_per_s"] * (1 + 1e-9)
+    assert s["steady_tokens_per_s"] <= s["roofline_tokens_per_s"] * (1 + 1e-9)
+    train_device_s = metrics.device_seconds(tl)[tl["state"] == "train"].sum()
+    trained = s["tokens_per_s"] * rec.makespan_s * costs.flops_per_token * sc.workload.ppo_epochs
+    assert trained / costs.peak_flops <= train_device_s * (1 + 1e-9)
+
+
+def check_critical_path(s) -> None:
+    crit = s["critical_path"]
+    if crit["step_time_s"] > 0:
+        assert math.isclose(sum(crit["share"].values()), 1.0, rel_tol=1e-9)
+    for step in crit["steps"]:
+        assert math.isclose(sum(step["s_by_cause"].values()), step["length_s"], rel_tol=1e-9, abs_tol=1e-9)
+    if "steady" in crit and crit["steady"]["step_time_s"] > 0:
+        assert math.isclose(sum(crit["steady"]["share"].values()), 1.0, rel_tol=1e-9)
+
+
+@settings(max_examples=40, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(cases())
+def test_every_kind_keeps_its_promises_under_random_knobs(case):
+    note(json.dumps(case, sort_keys=True))
+    out = simulate(case)
+    if out is None:
+        return
+    sc, costs, rec, tl, sm, s = out
+    check_device_time(case, rec, tl, s)
+    check_samples(sc, rec, sm, s)
+    check_staleness(sc, sm, s)
+    check_throughput(sc, costs, rec, tl, s)
+    check_critical_path(s)
+    again = simulate(case)
+    assert json.dumps(again[-1], sort_keys=True, default=str) == json.dumps(s, sort_keys=True, default=str)
+
+
+# ---- the shrunk cases the property found, each a plain regression test ---------------------------
+
+def _case(schedule: dict[str, Any], workload: dict[str, Any] | None = None, costs: dict[str, Any] | None = None,
+          devices: int = 8, iterations: int = 2, seed: int = 1) -> dict[str, Any]:
+    return {"schedule": schedule, "workload": workload or {}, "costs": costs or {}, "devices": devices,
+            "iterations": iterations, "seed": seed}
+
+
+def test_devices_between_the_actor_and_verls_reward_pool_idle_as_placement():
+    """8 devices, a reward pool of 2 at ranks 6-7, the actor rounded down to one instance of 4: ranks
+    4-5 belong to no pool. They went unrecorded (their time 0, the device time short of 8 x the
+    makespan by a quarter); they idle the whole run as `placement`, 2 of 8 devices."""
+    case = _case({"kind": "colocated", "aux_devices": {"reward": 2}}, {"reward": {"kind": "model"}},
+                 {"instance_devices": 4, "train_group_devices": 2})
+    sc, costs, rec, tl, sm, s = simulate(case)
+    assert {name: (p.start, p.count) for name, p in rec.pools.items()} == {"actor": (0, 4), "aux-reward": (6, 2)}
+    assert np.allclose(metrics.per_device_time(tl, 8), rec.makespan_s, rtol=1e-12)
+    assert math.isclose(s["bubbles_by_cause"]["placement"], 2 / 8, rel_tol=1e-12)
+    unused = tl[tl["pool"] == "unused"]
+    assert unused[["rank_start", "rank_count"]].values.tolist() == [[4, 2]]
+
