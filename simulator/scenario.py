@@ -2293,6 +2293,15 @@ def _validate_as_given(data: dict[str, Any], source: str) -> Scenario:
                          "over-generation)", source=source, field="schedule.overprovision",
                          fix="remove schedule.overprovision (dynamic_sampling.gen_prompts sets how many prompts a "
                              "generation batch draws), or workload.dynamic_sampling")
+    if scenario.schedule.overprovision > 0 and scenario.schedule.partial_rollout:
+        # found by tests/rl/schedules/test_kind_knob_properties.py: the cut applied to each length_budget
+        # segment aborted sequences that were only at their budget (colocated StaleSync: a round short
+        # of its batch, an internal assertion), or aborted none (async: overprovision silently unread)
+        raise RlsimError("overprovision cannot apply with partial_rollout: it aborts the slowest sequences of a "
+                         "round, and a partial rollout cuts every long sequence at length_budget and resumes it "
+                         "later, so no segment tells the slowest sequences apart", source=source,
+                         field="schedule.overprovision",
+                         fix="remove schedule.overprovision, or schedule.partial_rollout (both shorten the long tail)")
     if scenario.workload.dynamic_sampling is not None and scenario.workload.samples_per_prompt == 1:
         raise RlsimError("dynamic sampling filters out groups whose samples all get one reward; a group of one "
                          "sample has no reward spread, and verl's filter keeps it (std > 0 or a single sample: "

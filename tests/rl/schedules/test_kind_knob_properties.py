@@ -25,6 +25,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -278,3 +279,17 @@ def test_devices_between_the_actor_and_verls_reward_pool_idle_as_placement():
     unused = tl[tl["pool"] == "unused"]
     assert unused[["rank_start", "rank_count"]].values.tolist() == [[4, 2]]
 
+
+@pytest.mark.parametrize("schedule", [{"kind": "stalesync", "stream_threshold": 1.0},
+                                      {"kind": "stalesync", "placement": "disaggregated"},
+                                      {"kind": "async"}, {"kind": "one-step-off"}])
+def test_overprovision_beside_partial_rollouts_is_refused_when_the_scenario_loads(schedule):
+    """Over-provisioning's cut applied to each length_budget segment: it aborted sequences only at
+    their budget (colocated StaleSync, seed 4058: a round short of its batch, an internal
+    AssertionError) or aborted none (async: 117 generated, none dropped as overprovision: the knob
+    unread). The two are refused together, naming overprovision and the fix."""
+    case = _case({**schedule, "overprovision": 0.25, "partial_rollout": True, "length_budget": 50}, seed=4058,
+                 costs={"instance_devices": 4, "prefill_s_per_token": 1e-5})
+    with pytest.raises(RlsimError, match="overprovision cannot apply with partial_rollout") as err:
+        load(case)
+    assert err.value.field == "schedule.overprovision" and "remove schedule.overprovision" in err.value.fix
