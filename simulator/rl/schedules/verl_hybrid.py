@@ -29,6 +29,7 @@ from collections import deque
 
 import numpy as np
 
+from ...errors import RlsimError
 from ...scenario import VerlSeparateAsyncSchedule
 from ..timeline import GroupClock
 from .areal import ArealRollouter
@@ -256,8 +257,21 @@ class VerlSeparateHybridRun(VerlSeparateAsyncRun):
 
 def run_separate(ctx: Context) -> float:
     """separate_async, its trainer's devices lent to generation with hybrid_rollout (verl_v1.py otherwise)."""
+    if ctx.sched.hybrid_rollout is not None:
+        _check_lendable(ctx)
     runner = VerlSeparateHybridRun if ctx.sched.hybrid_rollout is not None else VerlSeparateAsyncRun
     return runner(ctx).run()
+
+
+def _check_lendable(ctx: Context) -> None:
+    """The trainer's devices must hold at least one rollout instance to lend (verl's hybrid replicas run
+    the rollout layout on the trainer's GPUs); with none, lending would only pay the switches."""
+    train, per_instance = ctx.pools[VerlSeparateAsyncRun.TRAIN_POOL].count, ctx.costs.instance_devices
+    if train < per_instance:
+        raise RlsimError(f"the trainer's {train} devices hold no rollout instance of {per_instance} devices to lend",
+                         source=ctx.scenario.source, field="schedule.hybrid_rollout",
+                         fix="give the training pool at least one rollout instance's devices (a lower "
+                             "schedule.rollout_devices or rollout_fraction), or remove schedule.hybrid_rollout")
 
 
 SEPARATE = register(SchedulePolicy(

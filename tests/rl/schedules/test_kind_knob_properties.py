@@ -293,3 +293,19 @@ def test_overprovision_beside_partial_rollouts_is_refused_when_the_scenario_load
     with pytest.raises(RlsimError, match="overprovision cannot apply with partial_rollout") as err:
         load(case)
     assert err.value.field == "schedule.overprovision" and "remove schedule.overprovision" in err.value.fix
+
+
+def test_hybrid_rollout_on_a_trainer_without_a_whole_rollout_instance_is_refused():
+    """verl-separate-async, 8 devices, instances of 4, rollout_devices 6: the rollout pool rounds to
+    one instance (ranks 0-3), the trainer gets ranks 4-5, which hold no instance of 4. hybrid_rollout
+    lent them anyway: nothing generated on them, they idled as `placement` while lent, each step paid
+    the switch back (0.1 s) for nothing, and the critical path carried that wait under a cause its
+    step's s_by_cause left out (3.12 s of a 5.12 s step). Refused as dynamic_resources is on
+    verl-fully-async, naming the knob and the fix."""
+    case = _case({"kind": "verl-separate-async", "hybrid_rollout": {}, "rollout_devices": 6}, seed=286,
+                 costs={"instance_devices": 4, "train_group_devices": 1, "switch_s": 0.1})
+    refusals: list[str] = []
+    assert simulate(case, on_refusal=refusals.append) is None
+    assert "field 'schedule.hybrid_rollout'" in refusals[0] and "no rollout instance of 4" in refusals[0]
+    case["schedule"]["rollout_devices"] = 4    # the trainer's 4 devices: one instance to lend
+    assert simulate(case) is not None
