@@ -351,7 +351,7 @@ class ColocatedRun:
             yield proc
             at_s, spec, failed = self.events.pop(0)
             target = ckpt if rec.lose_to == "checkpoint" else snap
-            yield from self._fail(spec, failed, target, at_s)
+            yield from self._fail(spec, failed, target, at_s, k)
             k = target.iteration
 
     def _usable_devices(self, n: int, layout: dict[str, Any] | None = None) -> int:
@@ -362,10 +362,11 @@ class ColocatedRun:
         unit = math.lcm(self.d, pool_unit)
         return (n // unit) * unit
 
-    def _fail(self, spec: str, failed: set[int], target: fl.Snapshot, at_s: float):
+    def _fail(self, spec: str, failed: set[int], target: fl.Snapshot, at_s: float, k_now: int):
         """Roll back to ``target``, drop the failed devices, re-plan and restart on the survivors.
         ``at_s``: when it was due; a failure due inside an earlier one's recovery is taken at the
-        recovery's end (a recovery is not itself interrupted), which the record says."""
+        recovery's end (a recovery is not itself interrupted), which the record says. ``k_now``: the
+        step the failure interrupted."""
         ctx, env = self.ctx, self.env
         t_f = env.now
         if self.parts is not None:   # a group that waits (the tail for the trainers) records its wait at its end:
@@ -374,6 +375,8 @@ class ColocatedRun:
                 if part.cursor < t_f:
                     part.idle("dependency", t_f, k)
             self.parts = None
+        if self.aux is not None and self.aux.cursor < t_f:   # the aux pool's wait for the batch, likewise
+            self.aux.idle("dependency", t_f, k_now)
         lost_s = fl.roll_back(ctx, target, t_f)
         self.carries, self.version = target.extra
         self.stayed_in_rollout = 0     # the survivors restart their engines: all of them switch

@@ -33,7 +33,7 @@ from simulator import metrics
 from simulator.errors import RlsimError
 from simulator.rl import critical_path
 from simulator.rl.fake_costs import FakeCosts
-from simulator.rl.schedules import run_schedule
+from simulator.rl.schedules import SameLayoutReplanner, run_schedule
 from simulator.rl.schedules.registry import kinds as registry_kinds
 from simulator.scenario import SCHEDULE_CLASSES, load_scenario
 
@@ -133,6 +133,14 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
             sched["aux_devices"] = {"reward": 2}
             sched.pop("fuse", None)
             workload["reward"] = {"kind": "model"}
+    workload.update(draw(workload_extras()))
+    if sched["kind"] in ("colocated", "disaggregated") or sched.get("placement") == "colocated" or (
+            sched["kind"] == "stalesync" and "placement" not in sched):
+        if draw(st.integers(0, 3)) == 0:   # failures: on colocated placements and synchronous split pools
+            sched["failures"] = [{"at_s": draw(st.sampled_from([0.5, 3.0, 8.0])),
+                                  "fail": draw(st.sampled_from(["devices:0-1", "devices:2-3", "4"]))}]
+            sched["recovery"] = {"lose_to": draw(st.sampled_from(["step", "checkpoint"])),
+                                 "restart_s": draw(st.sampled_from([0.0, 1.0])), "drop_whole_node": False}
     if "consumer_batch_size" in sched:
         sched["consumer_batch_size"] = max(sched["consumer_batch_size"], PROMPTS)
     costs = {"instance_devices": draw(st.sampled_from([1, 2, 4])), "train_group_devices": draw(st.sampled_from([1, 2, 4])),
@@ -143,6 +151,21 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     return {"schedule": sched, "workload": {k: v for k, v in workload.items() if v is not None},
             "seed": draw(st.integers(0, 10_000)), "devices": draw(st.sampled_from([8, 12, 16])),
             "costs": costs, "iterations": draw(st.sampled_from([2, 3, 4]))}
+
+
+@st.composite
+def workload_extras(draw: st.DrawFn) -> dict[str, Any]:
+    """Multi-turn rollouts, a reward model (on the trainer or served apart) or the rule reward's
+    hand-over, each drawn now and then."""
+    out: dict[str, Any] = {}
+    if draw(st.integers(0, 3)) == 0:
+        out["multi_turn"] = {"max_turns": draw(st.sampled_from([2, 3])), "observation_tokens": 20,
+                             "tool_latency_s": draw(st.sampled_from([0.0, 0.5])), "lockstep": draw(st.booleans())}
+    reward = draw(st.sampled_from([None, {"kind": "model"}, {"kind": "model", "served": {"devices": 2}},
+                                   {"handover": "sample"}, {"handover": "batch"}]))
+    if reward is not None:
+        out["reward"] = reward
+    return out
 
 
 def lognormal(median: float, sigma: float, cap: int):
@@ -173,7 +196,8 @@ def simulate(case: dict[str, Any], on_refusal=note):
     try:
         sc = load(case)
         costs = costs_of(case)
-        rec = run_schedule(sc, costs, case["devices"], lognormal(60, 0.3, 200), lognormal(200, 1.0, 2000))
+        rec = run_schedule(sc, costs, case["devices"], lognormal(60, 0.3, 200), lognormal(200, 1.0, 2000),
+                           replanner=SameLayoutReplanner(cost_s=0.2))
     except RlsimError as exc:   # refused: the message must name what to change
         assert exc.field and exc.fix, exc   # names what to change and how
         on_refusal(f"refused: {exc}")
@@ -309,3 +333,17 @@ def test_hybrid_rollout_on_a_trainer_without_a_whole_rollout_instance_is_refused
     assert "field 'schedule.hybrid_rollout'" in refusals[0] and "no rollout instance of 4" in refusals[0]
     case["schedule"]["rollout_devices"] = 4    # the trainer's 4 devices: one instance to lend
     assert simulate(case) is not None
+
+
+def test_a_failure_mid_step_makes_the_aux_pools_wait_lost_too():
+    """Colocated StaleSync, fuse: actor (an aux pool of 1 device, rank 7), dynamic sampling, devices
+    2-3 failing at 0.5 s inside step 0: the actor's record up to the failure became `lost`, but the
+    aux pool's wait for the batch, not yet written, was skipped when its clock jumped to the failure:
+    rank 7 short by 0.5 s of the makespan. It is lost as the actor's is."""
+    case = _case({"kind": "stalesync", "fuse": "actor", "failures": [{"at_s": 0.5, "fail": "devices:2-3"}]},
+                 {"dynamic_sampling": {"keep_fraction": 1.0, "gen_prompts": 4, "max_gen_batches": 8}}, seed=9999)
+    sc, costs, rec, tl, sm, s = simulate(case)
+    assert rec.pools["aux"].start == 7 and rec.pools["aux"].count == 1
+    assert np.allclose(metrics.per_device_time(tl, 8), rec.makespan_s, rtol=1e-12)
+    lost = tl[(tl["state"] == "lost") & (tl["pool"] == "aux")]
+    assert lost[["start", "end"]].values.tolist() == [[0.0, 0.5]]
