@@ -104,12 +104,23 @@ class MultiClock:
 
     def per_instance(self, state: str, start_busy: np.ndarray, end: float, instance_devices: int,
                      iteration: int, cause_after: str, label: str = "") -> None:
-        i = 0
+        """GroupClock.per_instance over the ranks in order: instance i is ranks[i x D : (i + 1) x D], as
+        the runners deal them (colocated.py _instances), so one may span two ranges (survivors 0-1 and
+        4-5 of a failure hold one instance of 4); the ranks past the last instance idle as placement."""
+        t0, n = self.cursor, len(start_busy)
+        timeline = self.clocks[0].timeline
+        offset = 0
         for c in self.clocks:
-            n = c.rank_count // instance_devices
-            c.per_instance(state, np.asarray(start_busy)[i:i + n], end, instance_devices, iteration, cause_after,
-                           label)
-            i += n
+            for lo, hi in _pieces(offset, c.rank_count, instance_devices, n):
+                first, count = c.rank_start + lo - offset, hi - lo
+                if lo < n * instance_devices:
+                    b = min(t0 + float(start_busy[lo // instance_devices]), end)
+                    timeline.add(c.pool, first, count, state, t0, b, iteration=iteration, label=label)
+                    timeline.add(c.pool, first, count, "idle", b, end, cause=cause_after, iteration=iteration)
+                else:   # ranks too few to form an instance
+                    timeline.add(c.pool, first, count, "idle", t0, end, cause="placement", iteration=iteration)
+            offset += c.rank_count
+        self.cursor = max(end, t0)
 
     def split(self, counts: list[int], names: list[str] | None = None) -> list[GroupClock | MultiClock]:
         """Consecutive parts of the ranks in order (a part spanning two ranges is a MultiClock)."""
@@ -166,3 +177,13 @@ def expand_devices(timeline: pd.DataFrame) -> pd.DataFrame:
     offsets = np.concatenate([np.arange(c) for c in counts]) if len(counts) else np.array([], int)
     rep["device"] = rep["rank_start"].to_numpy() + offsets
     return rep[INTERVAL_COLUMNS].reset_index(drop=True)
+
+
+def _pieces(offset: int, count: int, instance_devices: int, instances: int) -> list[tuple[int, int]]:
+    """The positions [offset, offset + count) of a range within the ranks in order, cut where an
+    instance (``instance_devices`` positions each, ``instances`` of them) begins or ends; the positions
+    past the last instance in one piece."""
+    edges = {offset, offset + count}
+    edges.update(p for p in range(0, instances * instance_devices + 1, instance_devices) if offset < p < offset + count)
+    cuts = sorted(edges)
+    return list(zip(cuts[:-1], cuts[1:], strict=True))

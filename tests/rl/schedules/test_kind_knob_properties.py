@@ -347,3 +347,21 @@ def test_a_failure_mid_step_makes_the_aux_pools_wait_lost_too():
     assert np.allclose(metrics.per_device_time(tl, 8), rec.makespan_s, rtol=1e-12)
     lost = tl[(tl["state"] == "lost") & (tl["pool"] == "aux")]
     assert lost[["start", "end"]].values.tolist() == [[0.0, 0.5]]
+
+
+def test_an_instance_spanning_two_survivor_ranges_is_recorded_generating():
+    """Colocated StaleSync on 8 devices, instances of 4, devices 2-3 failing at 8 s: the survivors
+    0-1 and 4-5 hold one instance of 4 (the runner deals ranks[0:4] = 0, 1, 4, 5), which generated
+    step 1's round; the record filled each range with instances of its own, found none in 2 ranks and
+    wrote both as `placement` idle through the round (128.2 - 130.288 s), so the critical path held
+    2.09 s of placement and no generation. Each range now records its part of the instance."""
+    case = _case({"kind": "stalesync", "failures": [{"at_s": 8.0, "fail": "devices:2-3"}]},
+                 {"dynamic_sampling": {"keep_fraction": 0.4, "gen_prompts": 8, "max_gen_batches": 8}},
+                 {"instance_devices": 4}, seed=5427)
+    sc, costs, rec, tl, sm, s = simulate(case)
+    after = tl[(tl["iteration"] == 1) & (tl["start"] >= rec.failures[0]["at_s"]) & (tl["state"] != "failed")]
+    assert not (after["cause"] == "placement").any()
+    generating = after[after["state"] == "generate"]
+    assert sorted(set(zip(generating["rank_start"], generating["rank_count"], strict=True))) == [(0, 2), (4, 2)]
+    step = s["critical_path"]["steps"][1]
+    assert "placement" not in step["s_by_cause"] and step["s_by_cause"]["generate"] > 0
