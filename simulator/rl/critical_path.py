@@ -483,7 +483,7 @@ def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = Non
         by_step.append(by_cause)
         steps.append({"iteration": path.iteration, "start_s": path.start, "end_s": path.end,
                       "length_s": path.end - path.start,
-                      "s_by_cause": {c: by_cause[c] for c in CAUSES if c in by_cause},
+                      "s_by_cause": _in_cause_order(by_cause),
                       "chain": chain(path, samples, base, sequences)})
     whole = _over(by_step)
     deltas = whole["free_delta_s"]
@@ -495,6 +495,14 @@ def summarize(paths: list[StepPath], samples: dict[str, np.ndarray] | None = Non
         out["steps_walked"] = (f"{len(paths)} of {total_steps} steps: those whose per-sample rows output.keep_sample_rows "
                                "kept (the rows of the others were folded into counts)")
     return out
+
+
+def _in_cause_order(by_cause: dict[str, float]) -> dict[str, float]:
+    """``by_cause`` in CAUSES' order, then any other cause a wait kept (``placement``: devices of the
+    trainer that form no rollout instance idle through generation), so that a step's seconds by
+    cause sum to its length."""
+    return {**{c: by_cause[c] for c in CAUSES if c in by_cause},
+            **{c: by_cause[c] for c in sorted(by_cause) if c not in CAUSES}}
 
 
 def _over(by_step: list[dict[str, float]]) -> dict:

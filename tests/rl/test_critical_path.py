@@ -300,3 +300,16 @@ def test_the_steady_path_is_the_headlines_window():
     assert sum(steady["share"].values()) == pytest.approx(1.0)
     assert sum(steady["free_delta_s"].values()) == pytest.approx(steady["step_time_s"])
     assert steady["free_delta_s"]["long_tail"] < summary["critical_path"]["free_delta_s"]["long_tail"]
+
+
+def test_a_steps_seconds_by_cause_keep_a_wait_under_a_cause_outside_the_list():
+    """A wait nothing explains stays on the path with its own cause, which may be one CAUSES does not
+    list (`placement`: trainer devices that form no rollout instance idle through generation). The
+    step's s_by_cause left it out (a verl-separate-async hybrid_rollout case: 3.12 s of a 5.12 s
+    step) while the run's shares counted it; each step's causes now sum to its length."""
+    segments = [cp.Segment(0.0, 2.0, "placement", "idle", "train", 4, 2, "", 0),
+                cp.Segment(2.0, 2.5, "forward", "forward", "train", 4, 2, "old_logprob", 0),
+                cp.Segment(2.5, 3.0, "train", "train", "train", 4, 2, "train_actor", 0)]
+    out = cp.summarize([cp.StepPath(0, 0.0, 3.0, segments)])
+    assert out["steps"][0]["s_by_cause"] == {"forward": 0.5, "train": 0.5, "placement": 2.0}
+    assert math.isclose(sum(out["share"].values()), 1.0) and out["share"]["placement"] == 2.0 / 3.0
