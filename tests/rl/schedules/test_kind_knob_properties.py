@@ -1,34 +1,45 @@
-"""Every schedule kind under a random valid combination of the knobs it takes (hypothesis, FakeCosts):
-the conservation laws the project promises hold whatever the knobs.
+"""Every schedule kind under a random valid combination of the knobs it takes (hypothesis): the
+conservation laws the project promises hold whatever the knobs.
 
-A case draws a kind, then for each knob the kind accepts (ScheduleConfig.accepts on its placement) a
-value or nothing, and workload knobs (algorithm, dynamic sampling, mini-batches, epochs). A
-combination the scenario refuses when it loads, or the run refuses as it starts, is an RlsimError
-naming a field: that is the contract for it (tests/fuzz judges the messages); any other exception is
-a finding. A run that goes checks:
+A case names a kind (each kind by name: pytest parametrize), then draws for each knob the kind accepts
+(ScheduleConfig.accepts on its placement) a value or nothing, workload knobs (algorithm, dynamic
+sampling, mini-batches, epochs, multi-turn rollouts, a distillation teacher, a reward model on the
+trainer or served, the reward hand-over) and, where the kind models them, failures. It runs on
+FakeCosts (many cost shapes: instance and replica sizes, sync, switch, prefill and reward costs) and
+on the LLM cost models (the fuzz harness's tiny one-node scenario). A combination the scenario
+refuses when it loads, or the run as it starts, is an RlsimError naming a field and a fix: that is
+the contract for it (tests/fuzz judges the messages); any other exception is a finding. A run that
+goes checks:
 
 - device time: each device's recorded intervals tile the makespan, whole run and steady window
   (busy + bubbles by cause = devices x wall time, within round-off), the causes sum to the bubble
-  fraction, steady busy shares + steady bubble = 1;
+  fraction, the steady busy share + steady bubble = 1;
 - samples: each sample recorded once, consumed or dropped (with a reason), never both; generated =
-  consumed + dropped; the steps' sample counts = the consumed; a prompt group never over n samples;
+  consumed + dropped (the in-flight ones are in no count: samples_in_flight); the steps' sample
+  counts = the consumed; a prompt group never over n samples;
 - staleness: never above the summary's bound where the kind bounds it (staleness.bound not None);
-- throughput: tokens/s never above roofline_tokens_per_s; the trained tokens at the peak rate fit in
-  the device time spent training (FakeCosts train at the roofline's rate);
+- throughput: tokens/s (whole run and steady) never above roofline_tokens_per_s; on FakeCosts, which
+  train at the roofline's rate, the trained tokens fit in the device time spent training;
 - the critical path: shares sum to 1, each step's causes to its length;
 - determinism: the same scenario and seed give the same summary, byte for byte.
+
+RLSIM_FUZZ_EXAMPLES=N draws N fresh random examples per kind and test (a long hunt; by default a few
+derandomized ones, ~6 s). The cases it found are plain regression tests at the end.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
+import os
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
+import simulator
 from simulator import metrics
 from simulator.errors import RlsimError
 from simulator.rl import critical_path
@@ -36,6 +47,7 @@ from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import SameLayoutReplanner, run_schedule
 from simulator.rl.schedules.registry import kinds as registry_kinds
 from simulator.scenario import SCHEDULE_CLASSES, load_scenario
+from tests.fuzz.harness import TINY_SCENARIO
 
 PROMPTS, N = 8, 4
 
@@ -81,14 +93,15 @@ KNOB_VALUES: dict[str, st.SearchStrategy] = {
     "parameter_sync_step": st.sampled_from([1, 2, 4]),
     "hybrid_rollout": st.sampled_from([{}, {"switch_threshold_release_steps": 1}]),
     "max_inflight_gen_batches": st.sampled_from([1, 2]),
+    "distqueue": st.sampled_from([{"packed": False}, {"bw_Bps": 1e8}]),
 }
 
 
 @st.composite
-def schedules(draw: st.DrawFn, dynamic_sampling: bool) -> dict[str, Any]:
+def schedules(draw: st.DrawFn, dynamic_sampling: bool, kind: str | None = None) -> dict[str, Any]:
     """A kind and a value or nothing for each knob it takes; the pairs its class refuses on sight
     (a budget without partial rollouts, overprovision beside dynamic sampling, ...) drawn seldom."""
-    kind = draw(st.sampled_from(registry_kinds()))
+    kind = kind or draw(st.sampled_from(registry_kinds()))
     cls = SCHEDULE_CLASSES[kind]
     sched: dict[str, Any] = {"kind": kind}
     if "placement" in cls.ACCEPTS:
@@ -98,8 +111,10 @@ def schedules(draw: st.DrawFn, dynamic_sampling: bool) -> dict[str, Any]:
             sched[knob] = draw(KNOB_VALUES[knob])
     if sched.get("partial_rollout") and "length_budget" in cls.accepts(sched.get("placement")):
         sched["length_budget"] = draw(KNOB_VALUES["length_budget"])
-    if dynamic_sampling:
+    if dynamic_sampling or sched.get("partial_rollout"):
         sched.pop("overprovision", None)
+    if not dynamic_sampling:
+        sched.pop("between_gen_batches", None)
     if "dynamic_resources" in sched:
         sched["request_routing"] = True
     if sched.get("max_off_policy_threshold", 8) is None:
@@ -112,11 +127,11 @@ def schedules(draw: st.DrawFn, dynamic_sampling: bool) -> dict[str, Any]:
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> dict[str, Any]:
+def cases(draw: st.DrawFn, kind: str | None = None) -> dict[str, Any]:
     workload: dict[str, Any] = {"algorithm": draw(st.sampled_from(["grpo", "dapo", "ppo"]))}
     if draw(st.booleans()):
         workload["dynamic_sampling"] = {"keep_fraction": draw(st.sampled_from([0.4, 0.7, 1.0]))}
-    sched = draw(schedules("dynamic_sampling" in workload))
+    sched = draw(schedules("dynamic_sampling" in workload, kind))
     takes_batches = sched["kind"] in ("colocated", "disaggregated", "one-step-off", "stalesync", "async",
                                       "nemo-rl-async")
     if "dynamic_sampling" in workload and takes_batches:
@@ -155,12 +170,14 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def workload_extras(draw: st.DrawFn) -> dict[str, Any]:
-    """Multi-turn rollouts, a reward model (on the trainer or served apart) or the rule reward's
-    hand-over, each drawn now and then."""
+    """Multi-turn rollouts, a distillation teacher, a reward model (on the trainer or served apart) or
+    the rule reward's hand-over, each drawn now and then."""
     out: dict[str, Any] = {}
     if draw(st.integers(0, 3)) == 0:
         out["multi_turn"] = {"max_turns": draw(st.sampled_from([2, 3])), "observation_tokens": 20,
                              "tool_latency_s": draw(st.sampled_from([0.0, 0.5])), "lockstep": draw(st.booleans())}
+    if draw(st.integers(0, 3)) == 0:   # on-policy distillation: a teacher served on devices of its own
+        out["distillation"] = {"teacher": "fake", "devices": 2, "handover": draw(st.sampled_from(["sample", "step"]))}
     reward = draw(st.sampled_from([None, {"kind": "model"}, {"kind": "model", "served": {"devices": 2}},
                                    {"handover": "sample"}, {"handover": "batch"}]))
     if reward is not None:
@@ -208,8 +225,8 @@ def simulate(case: dict[str, Any], on_refusal=note):
     return sc, costs, rec, tl, sm, summary
 
 
-def check_device_time(case, rec, tl, s) -> None:
-    T, devices = rec.makespan_s, case["devices"]
+def check_device_time(rec, tl, s) -> None:
+    T, devices = rec.makespan_s, rec.n_devices
     assert np.allclose(metrics.per_device_time(tl, devices), T, rtol=1e-9, atol=1e-9)
     window = metrics.steady_window(rec, tl)
     low = float(rec.iterations[0]["end"]) if len(rec.iterations) >= 2 else 0.0
@@ -246,9 +263,13 @@ def check_staleness(sc, sm, s) -> None:
         assert sm.loc[consumed, "staleness"].max() <= math.floor(bound) + 1e-9, bound
 
 
-def check_throughput(sc, costs, rec, tl, s) -> None:
+def check_roofline(s) -> None:
     assert s["tokens_per_s"] <= s["roofline_tokens_per_s"] * (1 + 1e-9)
     assert s["steady_tokens_per_s"] <= s["roofline_tokens_per_s"] * (1 + 1e-9)
+
+
+def check_throughput(sc, costs, rec, tl, s) -> None:
+    check_roofline(s)
     train_device_s = metrics.device_seconds(tl)[tl["state"] == "train"].sum()
     trained = s["tokens_per_s"] * rec.makespan_s * costs.flops_per_token * sc.workload.ppo_epochs
     assert trained / costs.peak_flops <= train_device_s * (1 + 1e-9)
@@ -264,16 +285,27 @@ def check_critical_path(s) -> None:
         assert math.isclose(sum(crit["steady"]["share"].values()), 1.0, rel_tol=1e-9)
 
 
-@settings(max_examples=40, deadline=None, database=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
-@given(cases())
-def test_every_kind_keeps_its_promises_under_random_knobs(case):
+def examples(default: int) -> settings:
+    """``default`` derandomized examples (the same every run); RLSIM_FUZZ_EXAMPLES=N (as tests/fuzz): N
+    fresh random ones, a long hunt."""
+    hunt = int(os.environ.get("RLSIM_FUZZ_EXAMPLES", "0"))
+    return settings(max_examples=hunt or default, deadline=None, database=None, derandomize=not hunt,
+                    suppress_health_check=list(HealthCheck))
+
+
+# every kind by name, so that each is drawn whatever hypothesis picks (about half the draws are refused)
+@pytest.mark.parametrize("kind", registry_kinds())
+@examples(8)
+@given(data=st.data())
+def test_every_kind_keeps_its_promises_under_random_knobs(kind, data):
+    case = data.draw(cases(kind))
     note(json.dumps(case, sort_keys=True))
     out = simulate(case)
+    event("refused" if out is None else f"ran: {case['schedule']['kind']}")   # --hypothesis-show-statistics
     if out is None:
         return
     sc, costs, rec, tl, sm, s = out
-    check_device_time(case, rec, tl, s)
+    check_device_time(rec, tl, s)
     check_samples(sc, rec, sm, s)
     check_staleness(sc, sm, s)
     check_throughput(sc, costs, rec, tl, s)
@@ -281,6 +313,46 @@ def test_every_kind_keeps_its_promises_under_random_knobs(case):
     again = simulate(case)
     assert json.dumps(again[-1], sort_keys=True, default=str) == json.dumps(s, sort_keys=True, default=str)
 
+
+
+def tiny_llm_scenario(case: dict[str, Any]) -> dict[str, Any]:
+    """The case on the fuzz harness's tiny scenario (one DGX-H100 node, Qwen2.5-7B): the LLM cost
+    models instead of FakeCosts (layouts, memory, refits, the served pools' engines)."""
+    scenario = copy.deepcopy(TINY_SCENARIO)
+    workload = dict(case["workload"])
+    if "distillation" in workload:
+        workload["distillation"] = {**workload["distillation"], "teacher": "qwen2.5-0.5b"}
+    scenario["workload"].update(workload, prompts_per_step=PROMPTS, samples_per_prompt=N)
+    scenario.update(schedule=case["schedule"], iterations=case["iterations"], seed=case["seed"])
+    scenario["limits"] = {**scenario["limits"], "max_work": 200_000, "max_segments_per_sample": 64}
+    return scenario
+
+
+@pytest.mark.parametrize("kind", registry_kinds())
+@examples(4)
+@given(data=st.data())
+def test_every_kind_keeps_its_promises_on_the_llm_costs(kind, data):
+    """The same laws through simulator.simulate on the LLM cost models (no FLOP-rate closed form:
+    the roofline bound only)."""
+    case = data.draw(cases(kind))
+    scenario = tiny_llm_scenario(case)
+    note(json.dumps(scenario, sort_keys=True))
+    try:
+        result = simulator.simulate(scenario=scenario)
+    except RlsimError as exc:
+        assert exc.field and exc.fix, exc
+        note(f"refused: {exc}")
+        event("refused")
+        return
+    event(f"ran: {case['schedule']['kind']}")
+    rec, tl, sm, s = result.record, result.timeline, result.samples, result.summary
+    check_device_time(rec, tl, s)
+    check_samples(result.scenario, rec, sm, s)
+    check_staleness(result.scenario, sm, s)
+    check_roofline(s)
+    check_critical_path(s)
+    again = simulator.simulate(scenario=tiny_llm_scenario(case)).summary
+    assert json.dumps(again, sort_keys=True, default=str) == json.dumps(s, sort_keys=True, default=str)
 
 # ---- the shrunk cases the property found, each a plain regression test ---------------------------
 
