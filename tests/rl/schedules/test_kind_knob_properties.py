@@ -49,7 +49,7 @@ from simulator.rl.schedules.registry import kinds as registry_kinds
 from simulator.scenario import SCHEDULE_CLASSES, load_scenario
 from tests.fuzz.harness import TINY_SCENARIO
 
-PROMPTS, N = 8, 4
+PROMPTS, N = 8, 4      # a step's prompts and samples a prompt, most often
 
 # A value strategy per schedule knob (None: left out); the knobs a kind takes are read from its class.
 KNOB_VALUES: dict[str, st.SearchStrategy] = {
@@ -128,7 +128,9 @@ def schedules(draw: st.DrawFn, dynamic_sampling: bool, kind: str | None = None) 
 
 @st.composite
 def cases(draw: st.DrawFn, kind: str | None = None) -> dict[str, Any]:
-    workload: dict[str, Any] = {"algorithm": draw(st.sampled_from(["grpo", "dapo", "ppo"]))}
+    workload: dict[str, Any] = {"algorithm": draw(st.sampled_from(["grpo", "dapo", "ppo"])),
+                                "prompts_per_step": draw(st.sampled_from([PROMPTS, 4, 12])),
+                                "samples_per_prompt": draw(st.sampled_from([N, 2, 8]))}
     if draw(st.booleans()):
         workload["dynamic_sampling"] = {"keep_fraction": draw(st.sampled_from([0.4, 0.7, 1.0]))}
     sched = draw(schedules("dynamic_sampling" in workload, kind))
@@ -157,7 +159,7 @@ def cases(draw: st.DrawFn, kind: str | None = None) -> dict[str, Any]:
             sched["recovery"] = {"lose_to": draw(st.sampled_from(["step", "checkpoint"])),
                                  "restart_s": draw(st.sampled_from([0.0, 1.0])), "drop_whole_node": False}
     if "consumer_batch_size" in sched:
-        sched["consumer_batch_size"] = max(sched["consumer_batch_size"], PROMPTS)
+        sched["consumer_batch_size"] = max(sched["consumer_batch_size"], workload["prompts_per_step"])
     costs = {"instance_devices": draw(st.sampled_from([1, 2, 4])), "train_group_devices": draw(st.sampled_from([1, 2, 4])),
              "sync_s": draw(st.sampled_from([0.0, 0.3])), "switch_s": draw(st.sampled_from([0.0, 0.1])),
              "prefill_s_per_token": draw(st.sampled_from([0.0, 1e-5])),
@@ -200,7 +202,7 @@ def costs_of(case: dict[str, Any]) -> FakeCosts:
 
 
 def load(case: dict[str, Any]):
-    workload = {"model": "fake", "prompts_per_step": PROMPTS, "samples_per_prompt": N, **case["workload"],
+    workload = {"model": "fake", **case["workload"],
                 "prompt_length": {"dist": "lognormal", "median": 60, "sigma": 0.3, "max": 200},
                 "response_length": {"dist": "lognormal", "median": 200, "sigma": 1.0, "max": 2000}}
     return load_scenario({"topology": "fake", "workload": workload, "schedule": case["schedule"],
@@ -322,7 +324,7 @@ def tiny_llm_scenario(case: dict[str, Any]) -> dict[str, Any]:
     workload = dict(case["workload"])
     if "distillation" in workload:
         workload["distillation"] = {**workload["distillation"], "teacher": "qwen2.5-0.5b"}
-    scenario["workload"].update(workload, prompts_per_step=PROMPTS, samples_per_prompt=N)
+    scenario["workload"].update(workload)
     scenario.update(schedule=case["schedule"], iterations=case["iterations"], seed=case["seed"])
     scenario["limits"] = {**scenario["limits"], "max_work": 200_000, "max_segments_per_sample": 64}
     return scenario
@@ -358,8 +360,8 @@ def test_every_kind_keeps_its_promises_on_the_llm_costs(kind, data):
 
 def _case(schedule: dict[str, Any], workload: dict[str, Any] | None = None, costs: dict[str, Any] | None = None,
           devices: int = 8, iterations: int = 2, seed: int = 1) -> dict[str, Any]:
-    return {"schedule": schedule, "workload": workload or {}, "costs": costs or {}, "devices": devices,
-            "iterations": iterations, "seed": seed}
+    return {"schedule": schedule, "workload": {"prompts_per_step": PROMPTS, "samples_per_prompt": N, **(workload or {})},
+            "costs": costs or {}, "devices": devices, "iterations": iterations, "seed": seed}
 
 
 def test_devices_between_the_actor_and_verls_reward_pool_idle_as_placement():
