@@ -14,7 +14,7 @@ import copy
 import difflib
 import functools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -2667,11 +2667,12 @@ def compared_schedules(given: Mapping[str, Any], kinds: Iterable[str]) -> tuple[
     return per_kind, unused
 
 
-def schedule_under_kind(given: Any, kind: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def schedule_under_kind(given: Any, kind: str, set_knobs: Collection[str] = ()) -> tuple[dict[str, Any],
+                                                                                       list[tuple[str, str]]]:
     """The schedule section under ``kind`` named alone over ``given`` (the scenario's section): the
     knobs given that the kind takes (compared_schedules, as `rlsim compare` gives each of its kinds
-    them), and (knob, why) of those it does not take, left out. An unknown kind: {kind} alone, for
-    the schema to refuse."""
+    them), and (knob, why) of those it does not take, left out; ``set_knobs``: the knobs --set gives
+    beside it. An unknown kind: {kind} alone, for the schema to refuse."""
     if not isinstance(given, Mapping) or not isinstance(kind, str) or kind not in SCHEDULE_CLASSES:
         return {"kind": kind}, []
     per_kind, unused = compared_schedules(given, [kind])
@@ -2680,7 +2681,26 @@ def schedule_under_kind(given: Any, kind: str) -> tuple[dict[str, Any], list[tup
         takers = ScheduleConfig.kinds_accepting(knob)
         why = f"applies to {' / '.join(takers)}" if takers else "is no schedule knob of any kind"
         left_out.append((knob, why))
-    return per_kind[kind], left_out
+    section = per_kind[kind]
+    if _unbudgeted_partial_rollout(given, section, set_knobs):
+        del section["partial_rollout"]
+        left_out.append(("partial_rollout", f"is {given.get('kind')}'s (resumed after a weight sync, no "
+                                            f"length_budget); {kind} cuts a partial rollout at a "
+                                            "schedule.length_budget the section does not give"))
+    return section, left_out
+
+
+def _unbudgeted_partial_rollout(given: Mapping[str, Any], section: Mapping[str, Any], set_knobs: Collection[str]) -> bool:
+    """Whether ``section`` (a kind named alone over ``given``) keeps a partial rollout of a kind that has no
+    length budget (verl-fully-async: aborted at a weight sync, resumed after it) for a kind that cuts
+    one at schedule.length_budget (one-step-off, stalesync, async), with no budget given: that kind
+    refuses it as the run starts (rl/schedules/input_checks.py _check_partial_rollout)."""
+    own = SCHEDULE_CLASSES.get(given.get("kind", "colocated"))
+    kind = SCHEDULE_CLASSES[section["kind"]]
+    return bool(section.get("partial_rollout")) and own is not None \
+        and "length_budget" not in own.accepts(given.get("placement")) \
+        and "length_budget" in kind.accepts(section.get("placement")) \
+        and "length_budget" not in section and "length_budget" not in set_knobs
 
 
 def schedule_left_out_notes(scenario: Scenario) -> list[str]:
@@ -2840,9 +2860,10 @@ def _put_schedule(data: dict[str, Any], schedule: Any, overrides: list[str]) -> 
         data["schedule"] = {"kind": schedule} if isinstance(schedule, str) else schedule
         return None
     given = data.get("schedule")
-    section, left_out = schedule_under_kind({"kind": given} if isinstance(given, str) else given, schedule)
-    data["schedule"] = section
     set_knobs = {key.split(".")[1] for key in set_keys if key.startswith("schedule.")}
+    section, left_out = schedule_under_kind({"kind": given} if isinstance(given, str) else given, schedule,
+                                            set_knobs)
+    data["schedule"] = section
     droppable = sorted(set(section) - {"kind", "placement"} - set_knobs)
     return {"left_out": left_out, "droppable": droppable} if left_out or droppable else None
 

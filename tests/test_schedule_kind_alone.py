@@ -114,3 +114,39 @@ def test_the_cli_names_the_knobs_left_out(scenario_file, capsys):
     assert main(["sensitivity", scenario_file, "--schedule", "disaggregated", "--samples", "0", "--iterations", "1",
                  "--vary", "workload.response_length.median=512..1024", "--json"]) == 0
     assert "rlsim: note: schedule.switch applies to " in capsys.readouterr().err
+
+
+# verl-fully-async's partial rollout (abort at a weight sync, resume after it: no length budget), as a
+# verl import gives it (workloads/frameworks/verl-fully-async-qwen2.5-7b.yaml --print-scenario)
+FULLY_ASYNC = """\
+topology: {preset: dgx-h100, nodes: 1}
+workload: {preset: grpo-qwen2.5-7b, prompts_per_step: 32, samples_per_prompt: 4, mini_batch_prompts: 16}
+iterations: 2
+schedule:
+  kind: verl-fully-async
+  rollout_devices: 4
+  trigger_parameter_sync_step: 2
+  staleness_threshold: 0.5
+  partial_rollout: true
+"""
+
+
+@pytest.mark.parametrize("kind", ["one-step-off", "stalesync", "async"])
+def test_a_partial_rollout_without_a_budget_is_left_out_of_a_kind_that_cuts_at_one(tmp_path, kind):
+    """one-step-off / stalesync / async cut a partial rollout at schedule.length_budget; verl-fully-async's
+    has none. Kept, it refused the run ('partial_rollout needs a per-segment length budget'), where the
+    section replaced whole (before kinds alone kept knobs) ran: it is left out and named."""
+    path = tmp_path / "fully-async.yaml"
+    path.write_text(FULLY_ASYNC)
+    result = simulator.simulate(str(path), schedule=kind)
+    assert "partial_rollout" not in given(result.scenario)
+    left_out = dict(result.scenario.schedule_left_out)
+    assert "length_budget" in left_out["partial_rollout"]
+    assert any(n.startswith("schedule.partial_rollout ") for n in result.summary["notes"])
+    if kind != "stalesync":   # split pools: the section's rollout_devices kept
+        assert result.scenario.schedule.rollout_devices == 4
+    # a budget given beside the kind keeps it: the user's partial rollout, cut at that budget
+    budget = load_scenario(str(path), schedule=kind, overrides=["schedule.length_budget=512"])
+    assert budget.schedule.partial_rollout and "partial_rollout" not in dict(budget.schedule_left_out)
+    # the section's own kind keeps it, as it runs it
+    assert load_scenario(str(path), schedule="verl-fully-async").schedule.partial_rollout
