@@ -19,7 +19,6 @@ from ..errors import RlsimError
 from ..strict_model import StrictModel
 from .hetero import HeteroParams, HeteroPlan, hetero_step_models, plan_on_step_models
 from .search import (
-    PARALLEL_DIMENSIONS,
     Evaluator,
     PlannerParams,
     SearchSpace,
@@ -103,7 +102,7 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
                   evaluator=evaluator)
     near_space = neighbourhood(current, model) if current else None
     if near_space is not None and software is not None:
-        near_space = near_space.for_software(software, keys=PARALLEL_DIMENSIONS)
+        near_space = _within_the_stack(near_space, software, current)
     near = _on_the_most_survivors(model, space=space or near_space, **search)
     if current is None or space is not None or not recovery.widen or (near[0] and len(near[0][0]) == len(alive)):
         return _replan(near, ranks, alive)
@@ -115,6 +114,19 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
         kept = devices_kept(len(used), plan.best.choice) if devices_kept else 0
         return (-kept, plan.best.evaluation.step_time_s)
     return _replan((min(found, key=rank, default=None), cost), ranks, alive)    # near first on ties
+
+
+def _within_the_stack(space: SearchSpace, software: Any, current: TrainChoice) -> SearchSpace:
+    """A re-plan's neighbourhood narrowed to what the training stack runs (params.TrainSoftware
+    .search_limits: its parallel dimensions, ZeRO stages and recompute modes; verl's FSDP shards as
+    ZeRO 3 or 2, never 1), the running layout's own values kept: the job ran them (a layout given by
+    hand off the stack's stages)."""
+    update = {}
+    for key, allowed in software.search_limits().items():
+        given = getattr(space, key)
+        running = getattr(current, key)
+        update[key] = [v for v in (allowed if given is None else given) if v in allowed or v == running]
+    return space.model_copy(update=update)
 
 
 def _on_the_most_survivors(model: Any, topology: Any, global_batch: int, seq_len: int, alive: list[int],

@@ -145,3 +145,29 @@ def test_a_failure_replan_keeps_to_the_stacks_dimensions():
     assert replan_on_failure(model, topo, 64, 4096, **args).layout["pp"] > 1
     hf = replan_on_failure(model, topo, 64, 4096, software=HF_TRANSFORMERS, **args)
     assert (hf.layout["pp"], hf.layout["vpp"]) == (1, 1)
+
+
+def test_a_failure_replan_keeps_to_the_stacks_zero_stages_and_recompute_modes():
+    """The neighbourhood lets ZeRO 1-2 and every recompute mode move; verl's FSDP runs ZeRO 3 or 2 only
+    (VERL_FSDP_ZERO) and the transformers stacks full recompute or none: an evaluator that favours
+    ZeRO 1 and selective recompute gets them on Megatron-Core, ZeRO 2 on verl-fsdp, and no selective
+    recompute on hf-transformers."""
+    topo = load_topology("dgx-h100", {"nodes": 2})
+    model = load_model("llama3.1-8b")
+    seen: set[tuple[int, str]] = set()
+
+    def low_zero_and_selective_pay(c: TrainChoice, ranks) -> Evaluation:
+        seen.add((c.zero, c.recompute))
+        return Evaluation(10.0 + c.zero - 5 * (c.recompute == "selective"), 1.0, 0.4, 1e9, 0.1)
+    args = dict(failed=[15], current=TrainChoice(1, 1, 1, 8, 1, 1, 3, "full", 1),
+                evaluator=low_zero_and_selective_pay)
+    assert replan_on_failure(model, topo, 64, 4096, software=MEGATRON_CORE, **args).layout["zero"] == 1
+    for software in (VERL_FSDP, VERL_FSDP_LIGER, HF_TRANSFORMERS):
+        seen.clear()
+        layout = replan_on_failure(model, topo, 64, 4096, software=software, **args).layout
+        assert layout["zero"] in software.zero and layout["recompute"] in software.recompute
+        assert {zero for zero, _ in seen} <= set(software.zero)
+        assert {recompute for _, recompute in seen} <= set(software.recompute)
+    # a running layout off the stack's stages (given by hand) is kept among the candidates, not an error
+    off = dict(args, current=TrainChoice(1, 1, 1, 8, 1, 1, 1, "full", 1))
+    assert replan_on_failure(model, topo, 64, 4096, software=VERL_FSDP, **off).layout["zero"] in (1, 2)
