@@ -2680,6 +2680,9 @@ def schedule_under_kind(given: Any, kind: str, set_knobs: Collection[str] = ()) 
     for knob in unused:
         takers = ScheduleConfig.kinds_accepting(knob)
         why = f"applies to {' / '.join(takers)}" if takers else "is no schedule knob of any kind"
+        if kind in takers:   # on the kind's other placement (stalesync's split pools)
+            placement = next(p for p in ("disaggregated", "colocated") if knob in SCHEDULE_CLASSES[kind].accepts(p))
+            why = f"is taken by {kind} with placement: {placement} only (set schedule.placement: {placement})"
         left_out.append((knob, why))
     section = per_kind[kind]
     if _unbudgeted_partial_rollout(given, section, set_knobs):

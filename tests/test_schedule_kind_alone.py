@@ -150,3 +150,14 @@ def test_a_partial_rollout_without_a_budget_is_left_out_of_a_kind_that_cuts_at_o
     assert budget.schedule.partial_rollout and "partial_rollout" not in dict(budget.schedule_left_out)
     # the section's own kind keeps it, as it runs it
     assert load_scenario(str(path), schedule="verl-fully-async").schedule.partial_rollout
+
+
+def test_a_knob_the_kind_takes_on_its_other_placement_says_so(tmp_path):
+    """stalesync named alone runs its colocated placement: a split pool's rollout_devices is left out,
+    and the note says stalesync takes it with placement: disaggregated only (it read 'applies to ... /
+    stalesync / ...; stalesync runs without it')."""
+    path = tmp_path / "split.yaml"
+    path.write_text(FULLY_ASYNC.replace("verl-fully-async", "one-step-off").replace(
+        "  trigger_parameter_sync_step: 2\n  staleness_threshold: 0.5\n  partial_rollout: true\n", ""))
+    why = dict(load_scenario(str(path), schedule="stalesync").schedule_left_out)["rollout_devices"]
+    assert why == "is taken by stalesync with placement: disaggregated only (set schedule.placement: disaggregated)"
