@@ -2651,12 +2651,15 @@ def check_top_level(data: Mapping[str, Any], source: str) -> None:
             raise RlsimError(f"unknown scenario key {key!r}", source=source, field=key, fix=fix)
 
 
-def compared_schedules(given: Mapping[str, Any], kinds: Iterable[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def compared_schedules(given: Mapping[str, Any], kinds: Iterable[str],
+                       set_knobs: Collection[str] = ()) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The schedule mapping of each kind in a comparison of `given` (a scenario's schedule section):
     the knobs given that the kind takes, so that a knob only some kinds take (`rollout_devices` in
-    colocated vs one-step-off) goes to those; and the knobs none of the kinds takes (the caller
-    validates the scenario as given when there are any: a knob its own kind does not take either
-    is the error, naming the knob and the kinds that take it)."""
+    colocated vs one-step-off) goes to those, but a partial rollout without a length budget to a kind
+    that cuts one at it (_unbudgeted_partial_rollout; ``set_knobs``: the knobs --set gives after);
+    and the knobs none of the kinds takes (the caller validates the scenario as given when there are
+    any: a knob its own kind does not take either is the error, naming the knob and the kinds that
+    take it)."""
     given = dict(given)
     given_kind, placement = given.get("kind", "colocated"), given.get("placement")
     accepted = {kind: SCHEDULE_CLASSES[kind].accepts(placement if kind == given_kind else None) for kind in kinds}
@@ -2664,6 +2667,9 @@ def compared_schedules(given: Mapping[str, Any], kinds: Iterable[str]) -> tuple[
     unused = [key for key in given if key not in taken]
     per_kind = {kind: {**{k: v for k, v in given.items() if k in keep}, **_reference_swap_switch(given, keep),
                        "kind": kind} for kind, keep in accepted.items()}
+    for section in per_kind.values():
+        if _unbudgeted_partial_rollout(given, section, set_knobs):
+            del section["partial_rollout"]
     return per_kind, unused
 
 
@@ -2675,7 +2681,7 @@ def schedule_under_kind(given: Any, kind: str, set_knobs: Collection[str] = ()) 
     beside it. An unknown kind: {kind} alone, for the schema to refuse."""
     if not isinstance(given, Mapping) or not isinstance(kind, str) or kind not in SCHEDULE_CLASSES:
         return {"kind": kind}, []
-    per_kind, unused = compared_schedules(given, [kind])
+    per_kind, unused = compared_schedules(given, [kind], set_knobs)
     left_out = []
     for knob in unused:
         takers = ScheduleConfig.kinds_accepting(knob)
@@ -2685,8 +2691,7 @@ def schedule_under_kind(given: Any, kind: str, set_knobs: Collection[str] = ()) 
             why = f"is taken by {kind} with placement: {placement} only (set schedule.placement: {placement})"
         left_out.append((knob, why))
     section = per_kind[kind]
-    if _unbudgeted_partial_rollout(given, section, set_knobs):
-        del section["partial_rollout"]
+    if "partial_rollout" in given and "partial_rollout" not in section and "partial_rollout" not in unused:
         left_out.append(("partial_rollout", f"is {given.get('kind')}'s (resumed after a weight sync, no "
                                             f"length_budget); {kind} cuts a partial rollout at a "
                                             "schedule.length_budget the section does not give"))
@@ -2694,7 +2699,7 @@ def schedule_under_kind(given: Any, kind: str, set_knobs: Collection[str] = ()) 
 
 
 def _unbudgeted_partial_rollout(given: Mapping[str, Any], section: Mapping[str, Any], set_knobs: Collection[str]) -> bool:
-    """Whether ``section`` (a kind named alone over ``given``) keeps a partial rollout of a kind that has no
+    """Whether ``section`` (a kind's over ``given``) keeps a partial rollout of a kind that has no
     length budget (verl-fully-async: aborted at a weight sync, resumed after it) for a kind that cuts
     one at schedule.length_budget (one-step-off, stalesync, async), with no budget given: that kind
     refuses it as the run starts (rl/schedules/input_checks.py _check_partial_rollout)."""

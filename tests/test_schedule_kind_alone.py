@@ -161,3 +161,20 @@ def test_a_knob_the_kind_takes_on_its_other_placement_says_so(tmp_path):
         "  trigger_parameter_sync_step: 2\n  staleness_threshold: 0.5\n  partial_rollout: true\n", ""))
     why = dict(load_scenario(str(path), schedule="stalesync").schedule_left_out)["rollout_devices"]
     assert why == "is taken by stalesync with placement: disaggregated only (set schedule.placement: disaggregated)"
+
+
+def test_compare_gives_no_kind_a_partial_rollout_it_would_cut_without_a_budget(tmp_path):
+    """`rlsim compare` of a verl-fully-async scenario (partial_rollout: resumed after a sync) against
+    async failed: 'under kind async: partial_rollout needs a per-segment length budget' (a review).
+    compared_schedules leaves it out of the kinds that cut one at length_budget, as a kind named
+    alone does; the section's own kind keeps it."""
+    from simulator.scenario import compared_schedules
+    path = tmp_path / "fully-async.yaml"
+    path.write_text(FULLY_ASYNC)
+    cmp = simulator.compare(str(path), ["verl-fully-async", "async"], iterations=2)
+    assert set(cmp.results) == {"verl-fully-async", "async"}
+    section = {"kind": "verl-fully-async", "partial_rollout": True, "rollout_devices": 4}
+    per_kind, _ = compared_schedules(section, ["verl-fully-async", "async", "stalesync"])
+    assert per_kind["verl-fully-async"]["partial_rollout"] and "partial_rollout" not in per_kind["async"]
+    budgeted, _ = compared_schedules(section, ["async"], set_knobs=("length_budget",))
+    assert budgeted["async"]["partial_rollout"]
