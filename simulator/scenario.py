@@ -2014,7 +2014,8 @@ class Scenario(_Strict):
     @property
     def schedule_left_out(self) -> tuple[tuple[str, str], ...]:
         """(knob, why) of the schedule knobs of the scenario that the kind named alone (``schedule="KIND"``,
-        --schedule KIND) does not take or reads past, left out of the run (api.simulate notes them)."""
+        --schedule KIND) does not take or reads past, left out of the run (api.simulate notes them); an
+        import's output.timers (a dotted key) where the kind has not the phases they name."""
         return self._schedule_left_out
 
     @field_validator("schedule", mode="before")
@@ -2238,12 +2239,29 @@ def _validate(data: dict[str, Any], source: str) -> Scenario:
     if alone is None:
         return _validate_as_given(data, source)
     read_past: list[tuple[str, str]] = []
-    scenario = validated_reading_past(lambda schedule: _validate_as_given({**data, "schedule": schedule}, source),
+    timers: list[tuple[str, str]] = []
+    scenario = validated_reading_past(lambda schedule: _without_foreign_timers({**data, "schedule": schedule}, source,
+                                                                               timers),
                                       data["schedule"], alone["droppable"], read_past)
     kind = scenario.schedule.kind
     scenario._schedule_left_out = (*(tuple(item) for item in alone["left_out"]),
-                                   *((knob, f"is not read under {kind} ({why})") for knob, why in read_past))
+                                   *((knob, f"is not read under {kind} ({why})") for knob, why in read_past),
+                                   *timers[-1:])
     return scenario
+
+
+def _without_foreign_timers(data: dict[str, Any], source: str, dropped: list[tuple[str, str]]) -> Scenario:
+    """_validate_as_given, a framework's timer names (output.timers, an import's) left out where the kind
+    named alone has not their phases (listed in ``dropped``), as `rlsim compare` leaves them out of
+    its kinds (api._with_own_timers)."""
+    try:
+        return _validate_as_given(dict(data), source)
+    except RlsimError as exc:
+        output = data.get("output")
+        if exc.field != "output.timers" or not isinstance(output, Mapping) or "timers" not in output:
+            raise
+    dropped.append(("output.timers", f"{output['timers']} names phases {data['schedule'].get('kind')} has not"))
+    return _validate_as_given({**data, "output": {k: v for k, v in output.items() if k != "timers"}}, source)
 
 
 def validated_reading_past(validate: Callable[[dict[str, Any]], Scenario], schedule: Mapping[str, Any],
@@ -2703,9 +2721,11 @@ def _unbudgeted_partial_rollout(given: Mapping[str, Any], section: Mapping[str, 
     length budget (verl-fully-async: aborted at a weight sync, resumed after it) for a kind that cuts
     one at schedule.length_budget (one-step-off, stalesync, async), with no budget given: that kind
     refuses it as the run starts (rl/schedules/input_checks.py _check_partial_rollout)."""
+    if not section.get("partial_rollout"):   # before the classes: a kind's class is made on first use
+        return False
     own = SCHEDULE_CLASSES.get(given.get("kind", "colocated"))
     kind = SCHEDULE_CLASSES[section["kind"]]
-    return bool(section.get("partial_rollout")) and own is not None \
+    return own is not None \
         and "length_budget" not in own.accepts(given.get("placement")) \
         and "length_budget" in kind.accepts(section.get("placement")) \
         and "length_budget" not in section and "length_budget" not in set_knobs
@@ -2714,8 +2734,8 @@ def _unbudgeted_partial_rollout(given: Mapping[str, Any], section: Mapping[str, 
 def schedule_left_out_notes(scenario: Scenario) -> list[str]:
     """A note per schedule knob of the scenario that the kind named alone left out (Scenario.schedule_left_out)."""
     kind = scenario.schedule.kind
-    return [f"schedule.{knob} {why}; {kind} runs without it (a kind named alone keeps the scenario's schedule "
-            "knobs it takes)" for knob, why in scenario.schedule_left_out]
+    return [f"{knob if '.' in knob else f'schedule.{knob}'} {why}; {kind} runs without it (a kind named alone keeps "
+            "the scenario's schedule knobs it takes)" for knob, why in scenario.schedule_left_out]
 
 
 def _reference_swap_switch(given: Mapping[str, Any], keep: Iterable[str]) -> dict[str, Any]:
@@ -2861,8 +2881,8 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
 def _put_schedule(data: dict[str, Any], schedule: Any, overrides: list[str]) -> dict[str, Any] | None:
     """The `schedule` keyword into ``data``: a mapping replaces the section; a kind named alone keeps
     the section's knobs it takes (schedule_under_kind), the others left out, returned for _KIND_ALONE
-    (None: nothing left out or droppable), unless an override replaces the section or its kind (then
-    the kind alone, as before)."""
+    (with an import's timers, which _validate leaves out where the kind has not their phases), unless an
+    override replaces the section or its kind (then the kind alone, as before: None)."""
     set_keys = {parse_assignment(o)[0] for o in overrides}
     if not isinstance(schedule, str) or set_keys & {"schedule", "schedule.kind"}:
         data["schedule"] = {"kind": schedule} if isinstance(schedule, str) else schedule
@@ -2873,7 +2893,7 @@ def _put_schedule(data: dict[str, Any], schedule: Any, overrides: list[str]) -> 
                                             set_knobs)
     data["schedule"] = section
     droppable = sorted(set(section) - {"kind", "placement"} - set_knobs)
-    return {"left_out": left_out, "droppable": droppable} if left_out or droppable else None
+    return {"left_out": left_out, "droppable": droppable}   # also an import's timers the kind may not have
 
 
 def _count(n: int) -> str:

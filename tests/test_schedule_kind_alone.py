@@ -10,7 +10,7 @@ import pytest
 import simulator
 from simulator.cli import main
 from simulator.errors import ReadPastError, RlsimError
-from simulator.scenario import load_scenario
+from simulator.scenario import load_scenario, schedule_left_out_notes
 from simulator.sweep import BaseScenario, simulate_point
 
 # the schedule section of a verl import (rlsim run --from-verl workloads/frameworks/verl-grpo-qwen2.5-7b.yaml
@@ -178,3 +178,22 @@ def test_compare_gives_no_kind_a_partial_rollout_it_would_cut_without_a_budget(t
     assert per_kind["verl-fully-async"]["partial_rollout"] and "partial_rollout" not in per_kind["async"]
     budgeted, _ = compared_schedules(section, ["async"], set_knobs=("length_budget",))
     assert budgeted["async"]["partial_rollout"]
+
+
+def test_a_kind_named_alone_leaves_out_an_imports_timers_it_has_not_the_phases_of(tmp_path):
+    """A NeMo RL import's scenario names its timers (output.timers: nemo-rl), a colocated / one-step-off
+    step's phases: --schedule async was refused at output.timers (a review), where compare leaves them
+    out of such a kind; the kind named alone does too, and says so; a kind with the phases keeps them."""
+    path = tmp_path / "nemo.yaml"
+    path.write_text(FULLY_ASYNC.replace("verl-fully-async", "colocated").replace(
+        "  rollout_devices: 4\n  trigger_parameter_sync_step: 2\n  staleness_threshold: 0.5\n  partial_rollout: true\n",
+        "") + "output: {timers: nemo-rl}\n")
+    scenario = load_scenario(str(path), schedule="async")
+    assert "timers" not in (scenario.to_dict().get("output") or {})
+    assert dict(scenario.schedule_left_out)["output.timers"] == "nemo-rl names phases async has not"
+    assert "output.timers nemo-rl names phases async has not; async runs without it" in \
+        " ".join(schedule_left_out_notes(scenario))
+    assert load_scenario(str(path), schedule="one-step-off").to_dict()["output"]["timers"] == "nemo-rl"
+    with pytest.raises(RlsimError) as info:   # --set schedule.kind stays strict
+        load_scenario(str(path), overrides=["schedule.kind=async"])
+    assert info.value.field == "output.timers"
