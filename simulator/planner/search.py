@@ -71,13 +71,11 @@ class SearchSpace(StrictModel):
     # round is then partial and replicas get uneven counts (llm/training.py's sampler handles it).
     exact_batch: bool = True
 
-    def for_software(self, software: Any, keys: Collection[str] | None = None) -> SearchSpace:
-        """This space narrowed to what a training stack offers (params.TrainSoftware.search_limits;
-        only its `keys` where given), keeping this space's order of values."""
+    def for_software(self, software: Any) -> SearchSpace:
+        """This space narrowed to what a training stack offers (params.TrainSoftware.search_limits),
+        keeping this space's order of values."""
         update: dict[str, list] = {}
         for key, allowed in software.search_limits().items():
-            if keys is not None and key not in keys:
-                continue
             given = getattr(self, key)
             update[key] = list(allowed) if given is None else [v for v in given if v in allowed]
             if not update[key]:   # the defaults hold each stack's first values: a planner.space the user gave
