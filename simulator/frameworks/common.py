@@ -287,11 +287,14 @@ class FrameworkImport:
         return lines
 
     def scenario_yaml(self, overrides: Iterable[str] = ()) -> str:
-        """The scenario (with ``--set`` overrides applied) as YAML a user can edit and `rlsim run`."""
+        """The scenario (with ``--set`` overrides applied) as YAML a user can edit and `rlsim run` from any
+        folder: a relative path that names a file here (--topology t.yaml) written absolute."""
+        from ..paths import with_paths_from
         data = copy.deepcopy(self.scenario)
         for item in overrides:
             key, value = parse_assignment(item)
             set_dotted(data, key, value)
+        data = with_paths_from(data, [Path.cwd()])
         header = "\n".join(f"# {line}" for line in self.listing())
         article = "an" if self.framework[:1] in "aeiou" else "a"
         return f"# rlsim scenario imported from {article} {self.framework} config\n{header}\n" + \

@@ -73,6 +73,23 @@ def test_print_scenario_of_each_example_loads_as_its_hand_written_scenario(capsy
     assert load_scenario(path).to_dict() == load_scenario(DATA / f"{name}.scenario.yaml").to_dict()
 
 
+def test_a_printed_scenario_names_a_relative_topology_file_so_it_loads_from_any_folder(capsys, tmp_path,
+                                                                                        monkeypatch):
+    """--topology t.yaml (relative) was printed as topology: {preset: t.yaml}, which a run from another
+    folder could not find (a review): the printed scenario names the file absolute."""
+    import shutil
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir(), elsewhere.mkdir()
+    shutil.copy(ROOT / "topologies" / "dgx-h100.yaml", here / "t.yaml")
+    monkeypatch.chdir(here)
+    code, printed, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"),
+                             "--topology", "t.yaml", "--print-scenario")
+    assert code == 0, err
+    (elsewhere / "s.yaml").write_text(printed)
+    monkeypatch.chdir(elsewhere)
+    assert load_scenario(elsewhere / "s.yaml").topology["preset"] == str((here / "t.yaml").resolve())
+
+
 def test_every_shipped_example_says_it_is_written_for_rlsim():
     for _, name in SHIPPED:
         head = (EXAMPLES / f"{name}.yaml").read_text().splitlines()[0]
