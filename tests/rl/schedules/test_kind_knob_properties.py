@@ -6,7 +6,11 @@ A case names a kind (each kind by name: pytest parametrize), then draws for each
 sampling, mini-batches, epochs, multi-turn rollouts, a distillation teacher, a reward model on the
 trainer or served, the reward hand-over) and, where the kind models them, failures. It runs on
 FakeCosts (many cost shapes: instance and replica sizes, sync, switch, prefill and reward costs) and
-on the LLM cost models (the fuzz harness's tiny one-node scenario). A combination the scenario
+on the LLM cost models (the fuzz harness's tiny one-node scenario), where each kind also runs with each
+of multi-turn rollouts, a distillation teacher, a served reward model and dynamic sampling under the
+engine's and the trainer's knobs (engine_and_trainer_knobs: speculative decoding, rollout and training TP,
+the training stack and its ZeRO stage with the DeepSpeed keys OpenRLHF's importer writes, LoRA, the
+full-tensor refit, the colocated switch). A combination the scenario
 refuses when it loads, or the run as it starts, is an RlsimError naming a field and a fix: that is
 the contract for it (tests/fuzz judges the messages); any other exception is a finding. A run that
 goes checks:
@@ -24,7 +28,7 @@ goes checks:
 - determinism: the same scenario and seed give the same summary, byte for byte.
 
 RLSIM_FUZZ_EXAMPLES=N draws N fresh random examples per kind and test (a long hunt; by default a few
-derandomized ones, ~6 s). The cases it found are plain regression tests at the end.
+derandomized ones, ~13 s on one core). The cases it found are plain regression tests at the end.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from hypothesis import strategies as st
 import simulator
 from simulator import metrics
 from simulator.errors import RlsimError
+from simulator.frameworks.deepspeed_zero import zero_train_params
 from simulator.rl import critical_path
 from simulator.rl.fake_costs import FakeCosts
 from simulator.rl.schedules import SameLayoutReplanner, run_schedule
@@ -127,11 +132,12 @@ def schedules(draw: st.DrawFn, dynamic_sampling: bool, kind: str | None = None) 
 
 
 @st.composite
-def cases(draw: st.DrawFn, kind: str | None = None) -> dict[str, Any]:
+def cases(draw: st.DrawFn, kind: str | None = None, force: str | None = None) -> dict[str, Any]:
+    """A case of `kind` (any where None); `force`, a WORKLOAD_FEATURES name, is always in its workload."""
     workload: dict[str, Any] = {"algorithm": draw(st.sampled_from(["grpo", "dapo", "ppo"])),
                                 "prompts_per_step": draw(st.sampled_from([PROMPTS, 4, 12])),
                                 "samples_per_prompt": draw(st.sampled_from([N, 2, 8]))}
-    if draw(st.booleans()):
+    if force == "dynamic_sampling" or draw(st.booleans()):
         workload["dynamic_sampling"] = {"keep_fraction": draw(st.sampled_from([0.4, 0.7, 1.0]))}
     sched = draw(schedules("dynamic_sampling" in workload, kind))
     takes_batches = sched["kind"] in ("colocated", "disaggregated", "one-step-off", "stalesync", "async",
@@ -150,7 +156,7 @@ def cases(draw: st.DrawFn, kind: str | None = None) -> dict[str, Any]:
             sched["aux_devices"] = {"reward": 2}
             sched.pop("fuse", None)
             workload["reward"] = {"kind": "model"}
-    workload.update(draw(workload_extras()))
+    workload.update(draw(workload_extras(force)))
     if sched["kind"] in ("colocated", "disaggregated") or sched.get("placement") == "colocated" or (
             sched["kind"] == "stalesync" and "placement" not in sched):
         if draw(st.integers(0, 3)) == 0:   # failures: on colocated placements and synchronous split pools
@@ -171,17 +177,18 @@ def cases(draw: st.DrawFn, kind: str | None = None) -> dict[str, Any]:
 
 
 @st.composite
-def workload_extras(draw: st.DrawFn) -> dict[str, Any]:
+def workload_extras(draw: st.DrawFn, force: str | None = None) -> dict[str, Any]:
     """Multi-turn rollouts, a distillation teacher, a reward model (on the trainer or served apart) or
-    the rule reward's hand-over, each drawn now and then."""
+    the rule reward's hand-over, each drawn now and then; `force` (a WORKLOAD_FEATURES name) always."""
     out: dict[str, Any] = {}
-    if draw(st.integers(0, 3)) == 0:
+    if force == "multi_turn" or draw(st.integers(0, 3)) == 0:
         out["multi_turn"] = {"max_turns": draw(st.sampled_from([2, 3])), "observation_tokens": 20,
                              "tool_latency_s": draw(st.sampled_from([0.0, 0.5])), "lockstep": draw(st.booleans())}
-    if draw(st.integers(0, 3)) == 0:   # on-policy distillation: a teacher served on devices of its own
+    if force == "distillation" or draw(st.integers(0, 3)) == 0:   # on-policy distillation: a teacher served apart
         out["distillation"] = {"teacher": "fake", "devices": 2, "handover": draw(st.sampled_from(["sample", "step"]))}
-    reward = draw(st.sampled_from([None, {"kind": "model"}, {"kind": "model", "served": {"devices": 2}},
-                                   {"handover": "sample"}, {"handover": "batch"}]))
+    reward = {"kind": "model", "served": {"devices": draw(st.sampled_from([1, 2]))}} if force == "served_reward" else \
+        draw(st.sampled_from([None, {"kind": "model"}, {"kind": "model", "served": {"devices": 2}},
+                              {"handover": "sample"}, {"handover": "batch"}]))
     if reward is not None:
         out["reward"] = reward
     return out
@@ -330,31 +337,147 @@ def tiny_llm_scenario(case: dict[str, Any]) -> dict[str, Any]:
     return scenario
 
 
-@pytest.mark.parametrize("kind", registry_kinds())
-@examples(4)
-@given(data=st.data())
-def test_every_kind_keeps_its_promises_on_the_llm_costs(kind, data):
-    """The same laws through simulator.simulate on the LLM cost models (no FLOP-rate closed form:
-    the roofline bound only)."""
-    case = data.draw(cases(kind))
-    scenario = tiny_llm_scenario(case)
+def check_llm_run(scenario: dict[str, Any], kind: str) -> simulator.SimulationResult | None:
+    """The laws on one scenario through simulator.simulate (no FLOP-rate closed form: the roofline
+    bound only), run twice (determinism); None where refused by name."""
     note(json.dumps(scenario, sort_keys=True))
     try:
-        result = simulator.simulate(scenario=scenario)
+        result = simulator.simulate(scenario=copy.deepcopy(scenario))
     except RlsimError as exc:
         assert exc.field and exc.fix, exc
         note(f"refused: {exc}")
         event("refused")
-        return
-    event(f"ran: {case['schedule']['kind']}")
+        return None
+    event(f"ran: {kind}")
+    check_llm_result(scenario, result)
+    return result
+
+
+def check_llm_result(scenario: dict[str, Any], result: simulator.SimulationResult) -> None:
+    """The laws on `result`, the run of `scenario`, and the same summary from a second run."""
     rec, tl, sm, s = result.record, result.timeline, result.samples, result.summary
     check_device_time(rec, tl, s)
     check_samples(result.scenario, rec, sm, s)
     check_staleness(result.scenario, sm, s)
     check_roofline(s)
     check_critical_path(s)
-    again = simulator.simulate(scenario=tiny_llm_scenario(case)).summary
+    again = simulator.simulate(scenario=copy.deepcopy(scenario)).summary
     assert json.dumps(again, sort_keys=True, default=str) == json.dumps(s, sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("kind", registry_kinds())
+@examples(4)
+@given(data=st.data())
+def test_every_kind_keeps_its_promises_on_the_llm_costs(kind, data):
+    """The same laws through simulator.simulate on the LLM cost models."""
+    case = data.draw(cases(kind))
+    check_llm_run(tiny_llm_scenario(case), kind)
+
+
+# ---- the engine's and the trainer's knobs on the LLM costs -------------------------------------------
+
+# The trainer stacks drawn (None: the preset's megatron-core), each with the ZeRO stages it is drawn at;
+# verl-fsdp at 0 / 1, which it does not run, and every stack but megatron-core at tp 2 are refused by field.
+TRAIN_STACKS: dict[str | None, tuple[int, ...]] = {None: (1,), "hf-transformers": (0, 1, 2, 3),
+                                                   "verl-fsdp": (1, 2, 3), "skyrl-fsdp": (3,), "trl": (0, 2, 3)}
+WORKLOAD_FEATURES = ("multi_turn", "distillation", "served_reward", "dynamic_sampling")
+
+
+@st.composite
+def speculative_decoding(draw: st.DrawFn) -> dict[str, Any]:
+    """workload.inference's speculative keys (mtp: Qwen2.5 has no MTP layers, refused by name)."""
+    method = draw(st.sampled_from(["eagle", "eagle3", "draft_model", "mtp"]))
+    out: dict[str, Any] = {"speculative_method": method, "num_speculative_tokens": draw(st.sampled_from([1, 2, 4])),
+                           "speculative_acceptance_rate": draw(st.sampled_from([0.0, 0.3, 0.8, 1.0]))}
+    if method == "draft_model":
+        out["speculative_draft_model"] = "qwen2.5-0.5b"
+    return out
+
+
+@st.composite
+def trainer_knobs(draw: st.DrawFn) -> dict[str, Any]:
+    """workload keys of the trainer: a stack, its TP and ZeRO stage; on the DeepSpeed stacks (hf-transformers,
+    trl) the ZeRO keys OpenRLHF's importer writes (frameworks/deepspeed_zero.py zero_train_params) now and
+    then, and its ZeRO-Offload of the optimizer (ds.adam_offload); LoRA."""
+    stack = draw(st.sampled_from(list(TRAIN_STACKS)))
+    layout: dict[str, Any] = {"zero": draw(st.sampled_from(TRAIN_STACKS[stack]))}
+    tp = draw(st.sampled_from([None, 1, 2, 4]))
+    if tp is not None or stack is not None:   # the preset's tp 2, on a stack without TP refused by field
+        layout["tp"] = tp if tp is not None else (2 if stack is None else draw(st.sampled_from([1, 2])))
+    out: dict[str, Any] = {"train_layout": layout}
+    if stack is not None:
+        out["train_software"] = stack
+    if stack in ("hf-transformers", "trl") and draw(st.booleans()):
+        on_host = draw(st.booleans())
+        out["train_params"] = zero_train_params(layout["zero"], overlap_comm=draw(st.booleans()), optimizer_on_host=on_host,
+                                                fp32_grad_accum=layout["zero"] > 0 and draw(st.booleans()))
+        if on_host:
+            out["train_params"]["offload"] = {"optimizer": True, "scope": "optimizer_step"}
+    if draw(st.integers(0, 3)) == 0:
+        out["lora"] = {"rank": draw(st.sampled_from([8, 16])),
+                       "targets": draw(st.sampled_from(["all-linear", ["qkv", "o"]]))}
+    return out
+
+
+@st.composite
+def switch_knobs(draw: st.DrawFn) -> dict[str, Any]:
+    """schedule.switch: the colocated switch's offloads and the engine's sleep or residence."""
+    sleep = draw(st.booleans())
+    out: dict[str, Any] = {"offload_weights": draw(st.booleans()), "engine_sleep": sleep,
+                           "offload_optimizer": draw(st.booleans()), "free_gradients": draw(st.booleans())}
+    if sleep:
+        out["engine_sleep_level"] = draw(st.sampled_from([1, 2]))
+    elif draw(st.booleans()):
+        out["engine_resident"] = True
+    return out
+
+
+@st.composite
+def engine_and_trainer_knobs(draw: st.DrawFn, case: dict[str, Any]) -> dict[str, Any]:
+    """The tiny scenario of `case` with the engine's and the trainer's knobs drawn over it: speculative
+    decoding, the rollout TP, the trainer (trainer_knobs), the full-tensor refit (and LoRA's refit of the
+    whole weights), the colocated switch where the kind has one."""
+    scenario = tiny_llm_scenario(case)
+    workload, sched = scenario["workload"], scenario["schedule"]
+    accepts = SCHEDULE_CLASSES[sched["kind"]].accepts(sched.get("placement"))
+    if draw(st.booleans()):
+        workload["inference"] = draw(speculative_decoding())
+    if draw(st.booleans()):
+        workload["rollout_layout"] = {"tp": draw(st.sampled_from([1, 2, 4]))}
+    if draw(st.booleans()):
+        workload.update(draw(trainer_knobs()))
+    if "refit" in accepts and draw(st.booleans()):
+        sched["refit"] = "full-tensors"
+    if "lora" in workload and draw(st.booleans()):
+        sched["lora_refit"] = "full"
+    if "switch" in accepts and draw(st.booleans()):
+        sched["switch"] = draw(switch_knobs())
+    return scenario
+
+
+@pytest.mark.parametrize("force", WORKLOAD_FEATURES)
+@pytest.mark.parametrize("kind", registry_kinds())
+@examples(2)
+@given(data=st.data())
+def test_every_kind_keeps_its_promises_under_the_engine_and_trainer_knobs(kind, force, data):
+    """Each kind with each of multi-turn rollouts, a distillation teacher, a served reward model and dynamic
+    sampling, under random engine and trainer knobs (engine_and_trainer_knobs): the same laws, or a refusal
+    naming a field."""
+    case = data.draw(cases(kind, force))
+    check_llm_run(data.draw(engine_and_trainer_knobs(case)), kind)
+
+
+def test_verl_fsdp_at_tp_2_is_refused_by_field():
+    """verl's FSDP workers have no tensor parallelism: tp 2 on its stack is refused naming
+    workload.train_layout.tp and verl's Megatron backend; tp 1 runs."""
+    case = _case({"kind": "colocated"})
+    scenario = tiny_llm_scenario(case)
+    scenario["workload"].update(train_software="verl-fsdp", train_layout={"tp": 2, "zero": 3})
+    with pytest.raises(RlsimError, match="verl-fsdp has no tensor parallelism") as err:
+        simulator.simulate(scenario=copy.deepcopy(scenario))
+    assert err.value.field == "workload.train_layout.tp" and "strategy=megatron" in str(err.value)
+    scenario["workload"]["train_layout"]["tp"] = 1
+    check_llm_result(scenario, simulator.simulate(scenario=copy.deepcopy(scenario)))
 
 # ---- the shrunk cases the property found, each a plain regression test ---------------------------
 
