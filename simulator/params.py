@@ -1348,6 +1348,11 @@ class TrainSoftware:
     source: str = ""
     # where a layout it lacks runs instead: the fix of a refused layout (the framework's other backend)
     lacking_fix: str = "pick another workload.train_software (megatron-core has every dimension)"
+    # The layout keys ("zero", "recompute") whose values above bound a given train_layout too, not only the
+    # planner's search (search_limits): the trainer has no other (transformers' gradient checkpointing is
+    # whole layers or none; verl's FSDP shards as ZeRO-3 or -2). Elsewhere they are the stack's defaults
+    # and a given other value a what-if (the 2021 / 2022 Megatron stacks under a later distributed optimizer).
+    bounded: tuple[str, ...] = ()
 
     def layout_fields(self, **fields: Any) -> dict[str, Any]:
         """Training-layout fields with this stack's settings (the first recompute mode and ZeRO
@@ -1370,6 +1375,18 @@ class TrainSoftware:
         for key, offered, what in lacks:
             if not offered and layout.get(key, 1) not in (1, None):
                 return key, f"{key}={layout[key]}: {self.name} has no {what}"
+        return None
+
+    def unoffered_setting(self, layout: Mapping[str, Any]) -> tuple[str, str, str] | None:
+        """(the layout key, "<key>=<value>: <stack> runs <key> <offered> only", the fix) of the first ZeRO
+        stage or recompute mode `layout` gives that this stack does not run (a `bounded` key outside the values
+        the planner searches on it: search_limits); None where it gives none."""
+        for key, offered in (("zero", self.zero), ("recompute", self.recompute)):
+            value = layout.get(key)
+            if key in self.bounded and value is not None and value not in offered:
+                shown = ", ".join(map(str, offered))
+                return (key, f"{key}={value}: {self.name} runs {key} {shown} only",
+                        f"set {key}: {' or '.join(map(str, offered))}, or another workload.train_software")
         return None
 
     def lacked_fix(self, key: str) -> str:
@@ -1508,6 +1525,11 @@ HF_PIPELINE_PARALLEL = False
 HF_MEGATRON_BACKEND_FIX = ("pick a Megatron stack (workload.train_software: megatron-core), which is the "
                            "framework's Megatron backend (verl actor.strategy: megatron, NeMo RL "
                            "policy.megatron_cfg.enabled, AReaL actor.backend megatron:..., SkyRL strategy megatron)")
+# transformers' gradient checkpointing recomputes whole decoder layers or nothing (transformers 4.57.1
+# modeling_layers.py GradientCheckpointingLayer, the base of models/qwen2 Qwen2DecoderLayer, switched on
+# by PreTrainedModel.gradient_checkpointing_enable; verl 0.6.1 workers/fsdp_workers.py takes it as a bool,
+# enable_gradient_checkpointing): Megatron's selective recomputation of the attention core is not there.
+HF_BOUNDED = ("recompute",)
 HF_TRANSFORMERS = TrainSoftware(
     name="hf-transformers",
     params=TrainParams(compute=ComputeParams(norm_traffic_bytes_per_hidden=2 * HF_RMSNORM_BYTES_PER_HIDDEN,
@@ -1520,6 +1542,7 @@ HF_TRANSFORMERS = TrainSoftware(
                                            grad_buffer_persists=False)),
     recompute=("full", "none"), zero=(3, 2, 1, 0), sequence_parallel=False, context_parallel=True,
     pipeline_parallel=HF_PIPELINE_PARALLEL, tensor_parallel=True, lacking_fix=HF_MEGATRON_BACKEND_FIX,
+    bounded=HF_BOUNDED,
     source="transformers 5.25.0 models/llama/modeling_llama.py, models/qwen2/modeling_qwen2.py (LlamaRMSNorm, "
            "apply_rotary_pos_emb, LlamaMLP, LlamaDecoderLayer)")
 
@@ -1571,7 +1594,8 @@ def _trainer_stack(base: TrainSoftware, name: str, source: str, **dimensions: An
     return base.replace(name=name, source=f"{source}; {base.source}", **dimensions)
 
 
-_VERL_FSDP = {"tensor_parallel": False, "zero": VERL_FSDP_ZERO, "lacking_fix": VERL_FSDP_FIX}
+_VERL_FSDP = {"tensor_parallel": False, "zero": VERL_FSDP_ZERO, "lacking_fix": VERL_FSDP_FIX,
+              "bounded": (*HF_BOUNDED, "zero")}
 _VERL_SOURCE = "verl 0.9.1 workers/engine/fsdp (device meshes, get_sharding_strategy)"
 _TRL = {"tensor_parallel": False, "context_parallel": False, "lacking_fix": TRL_FIX}
 _TRL_SOURCE = "trl 1.16.0 trainer/grpo_config.py; accelerate 1.16.0 accelerator.py"

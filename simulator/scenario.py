@@ -620,6 +620,10 @@ class WorkloadConfig(_Strict):
         if lacked:   # a TP, PP or CP the stack (the framework's trainer) does not run
             key, message = lacked
             raise CrossFieldError(f"train_layout.{message} ({stack.lacked_fix(key)})", "train_software", at=f"train_layout.{key}")
+        unoffered = stack.unoffered_setting(self.train_layout) if isinstance(self.train_layout, dict) else None
+        if unoffered:   # a ZeRO stage or recompute mode the stack's trainer has not (its planner search has neither)
+            key, message, fix = unoffered
+            raise CrossFieldError(f"train_layout.{message} ({fix})", "train_software", at=f"train_layout.{key}")
         limit, prompt_max = self.inference.max_model_len, self.prompt_length.get("max")
         if limit is not None and isinstance(prompt_max, (int, float)) and prompt_max >= limit:
             raise CrossFieldError(f"prompt_length.max={prompt_max} leaves no room for a response under "

@@ -88,8 +88,10 @@ def test_every_stack_loads_whole_and_under_each_switch_the_user_flips(name):
     to remove: it goes back to its default, which the knob with its switch off reads as the same."""
     stack = TRAIN_SOFTWARE[name]
     assert TrainParams.model_validate(stack.params.model_dump()) == stack.params
-    # the workload's TP 2 where the stack has TP (verl's and SkyRL's FSDP, TRL: none)
-    software = [f"workload.train_software={name}", *([] if stack.tensor_parallel else ["workload.train_layout.tp=1"])]
+    # the workload's TP 2 where the stack has TP (verl's and SkyRL's FSDP, TRL: none), its ZeRO 1 where the stack
+    # runs it (verl's FSDP: 3 or 2)
+    software = [f"workload.train_software={name}", *([] if stack.tensor_parallel else ["workload.train_layout.tp=1"]),
+                *([] if "zero" not in stack.bounded else [f"workload.train_layout.zero={stack.zero[0]}"])]
     base = load_scenario(workload="grpo-qwen2.5-7b", overrides=software)
     assert base.workload.train_params == stack.params
     flips = ["comm.dp_overlap_fraction=0", "comm.tp_userbuffers=false", "comm.sp_backward_allgather=false",

@@ -27,6 +27,7 @@ from simulator.params import (
 )
 from simulator.planner.replan import replan_on_failure
 from simulator.planner.search import Evaluation, SearchSpace, TrainChoice
+from simulator.scenario import load_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "workloads" / "frameworks"
 VERL = str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
@@ -62,7 +63,7 @@ def test_a_trainers_stack_prices_what_its_model_code_stack_prices():
                         (SKYRL_FSDP, HF_TRANSFORMERS), (TRL_ACCELERATE, HF_TRANSFORMERS),
                         (TRL_ACCELERATE_LIGER, HF_TRANSFORMERS_LIGER)):
         differ = {f.name for f in dataclasses.fields(base) if getattr(stack, f.name) != getattr(base, f.name)}
-        assert differ <= {"name", "source", "lacking_fix", "tensor_parallel", "context_parallel", "zero"}, stack.name
+        assert differ <= {"name", "source", "lacking_fix", "tensor_parallel", "context_parallel", "zero", "bounded"}, stack.name
         assert stack.zero[0] == base.zero[0], stack.name   # a layout that gives no zero takes the same stage
         assert stack.params == base.params
 
@@ -91,6 +92,36 @@ def test_a_layout_the_stack_lacks_is_refused_naming_the_field(key, value):
     assert HF_TRANSFORMERS.lacked_dimension({"tp": 4, "pp": 1, "vpp": 1, "cp": 2}) is None
     assert VERL_FSDP.lacked_dimension({"tp": 4}) == ("tp", "tp=4: verl-fsdp has no tensor parallelism")
     assert TRL_ACCELERATE.lacked_dimension({"cp": 2}) == ("cp", "cp=2: trl has no context parallelism")
+
+
+@pytest.mark.parametrize(("software", "key", "value", "runs"), [
+    ("verl-fsdp", "zero", 1, "zero 3, 2 only"), ("verl-fsdp-liger", "zero", 0, "zero 3, 2 only"),
+    ("verl-fsdp", "recompute", "selective", "recompute full, none only"),
+    ("hf-transformers", "recompute", "selective", "recompute full, none only"),
+    ("trl", "recompute", "selective", "recompute full, none only")])
+def test_a_zero_stage_or_recompute_mode_the_stacks_trainer_has_not_is_refused_when_the_scenario_loads(
+        software, key, value, runs):
+    """The property test drew verl-fsdp at ZeRO 1 and hf-transformers with selective recompute: the runs went
+    through, priced as what neither trainer does (the planner searches neither on the stack:
+    SearchSpace.for_software). Refused naming the key and the stages or modes it has."""
+    layout = {"tp": 1, "zero": 3, key: value}
+    with pytest.raises(RlsimError) as err:
+        load_scenario(workload="grpo-qwen2.5-7b", overrides=[f"workload.train_software={software}",
+                                                             f"workload.train_layout={json.dumps(layout)}"])
+    assert err.value.field == f"workload.train_layout.{key}" and f"{software} runs {runs}" in err.value.message
+    assert f"set {key}: " in err.value.message and "another workload.train_software" in err.value.message
+    layout[key] = TRAIN_SOFTWARE[software].zero[0] if key == "zero" else TRAIN_SOFTWARE[software].recompute[0]
+    load_scenario(workload="grpo-qwen2.5-7b", overrides=[f"workload.train_software={software}",
+                                                         f"workload.train_layout={json.dumps(layout)}"])
+
+
+def test_the_megatron_2021_stacks_zero_0_stays_a_default():
+    """The 2021 / 2022 Megatron stacks' ZeRO 0 (their papers' runs) is what they plan and default to, not a bound:
+    the workload's ZeRO 1 beside them (a later Megatron-LM's distributed optimizer) still loads, as `rlsim plan
+    --set workload.train_software=megatron-2021` needs (plan searches the layout, refusing a given one)."""
+    assert "zero" not in TRAIN_SOFTWARE["megatron-2021"].bounded
+    sc = load_scenario(workload="grpo-qwen2.5-7b", overrides=["workload.train_software=megatron-2021"])
+    assert sc.workload.train_layout["zero"] == 1
 
 
 def test_a_run_with_pp_2_on_hf_transformers_is_refused(capsys):
