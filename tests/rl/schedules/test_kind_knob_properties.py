@@ -8,7 +8,7 @@ trainer or served, the reward hand-over) and, where the kind models them, failur
 FakeCosts (many cost shapes: instance and replica sizes, sync, switch, prefill and reward costs) and
 on the LLM cost models (the fuzz harness's tiny one-node scenario), where each kind also runs with each
 of multi-turn rollouts, a distillation teacher, a served reward model and dynamic sampling under the
-engine's and the trainer's knobs (engine_and_trainer_knobs: speculative decoding, rollout and training TP,
+engine's and the trainer's knobs (engine_and_trainer_knobs: speculative decoding, the engine, rollout and training TP,
 the training stack and its ZeRO stage with the DeepSpeed keys OpenRLHF's importer writes, LoRA, the
 full-tensor refit, the colocated switch). A combination the scenario
 refuses when it loads, or the run as it starts, is an RlsimError naming a field and a fix: that is
@@ -45,6 +45,7 @@ from hypothesis import strategies as st
 
 import simulator
 from simulator import metrics
+from simulator.engine_software import ENGINE_SOFTWARE
 from simulator.errors import RlsimError
 from simulator.frameworks.deepspeed_zero import zero_train_params
 from simulator.rl import critical_path
@@ -376,17 +377,18 @@ def test_every_kind_keeps_its_promises_on_the_llm_costs(kind, data):
 
 # ---- the engine's and the trainer's knobs on the LLM costs -------------------------------------------
 
-# The trainer stacks drawn (None: the preset's megatron-core), each with the ZeRO stages it is drawn at;
-# verl-fsdp at 0 / 1, which it does not run, and every stack but megatron-core at tp 2 are refused by field.
-TRAIN_STACKS: dict[str | None, tuple[int, ...]] = {None: (1,), "hf-transformers": (0, 1, 2, 3),
-                                                   "verl-fsdp": (1, 2, 3), "skyrl-fsdp": (3,), "trl": (0, 2, 3)}
+# The trainer stacks drawn (None: the preset's megatron-core), each with the ZeRO stages it is drawn at: verl-fsdp's 1,
+# which its trainer has not, refused by field (TrainSoftware.bounded) as a TP above 1 where it has none, and as
+# selective recompute on the transformers stacks; megatron-2022's 1 a what-if that runs.
+TRAIN_STACKS: dict[str | None, tuple[int, ...]] = {None: (1, 0, 3), "megatron-2022": (0, 1), "hf-transformers": (0, 1, 2, 3),
+                                                   "verl-fsdp": (1, 2, 3), "skyrl-fsdp": (3, 2), "trl": (0, 2, 3)}
 WORKLOAD_FEATURES = ("multi_turn", "distillation", "served_reward", "dynamic_sampling")
 
 
 @st.composite
 def speculative_decoding(draw: st.DrawFn) -> dict[str, Any]:
-    """workload.inference's speculative keys (mtp: Qwen2.5 has no MTP layers, refused by name)."""
-    method = draw(st.sampled_from(["eagle", "eagle3", "draft_model", "mtp"]))
+    """workload.inference's speculative keys (mtp, drawn seldom: Qwen2.5 has no MTP layers, refused by name)."""
+    method = draw(st.sampled_from(["eagle", "eagle3", "draft_model", "eagle", "eagle3", "draft_model", "mtp"]))
     out: dict[str, Any] = {"speculative_method": method, "num_speculative_tokens": draw(st.sampled_from([1, 2, 4])),
                            "speculative_acceptance_rate": draw(st.sampled_from([0.0, 0.3, 0.8, 1.0]))}
     if method == "draft_model":
@@ -396,27 +398,42 @@ def speculative_decoding(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def trainer_knobs(draw: st.DrawFn) -> dict[str, Any]:
-    """workload keys of the trainer: a stack, its TP and ZeRO stage; on the DeepSpeed stacks (hf-transformers,
-    trl) the ZeRO keys OpenRLHF's importer writes (frameworks/deepspeed_zero.py zero_train_params) now and
-    then, and its ZeRO-Offload of the optimizer (ds.adam_offload); LoRA."""
+    """workload keys of the trainer: a stack, its TP (PP on the Megatron stacks), ZeRO stage and recompute mode;
+    on the DeepSpeed stacks (hf-transformers, trl) now and then the ZeRO keys OpenRLHF's and TRL's importers
+    write (frameworks/deepspeed_zero.py zero_train_params) with their ZeRO-Offload (ds.adam_offload; at ZeRO-3
+    the parameters too, fsdp_cpu_offload) and fp32 accumulation beside bf16 or fp16 weights; LoRA."""
     stack = draw(st.sampled_from(list(TRAIN_STACKS)))
-    layout: dict[str, Any] = {"zero": draw(st.sampled_from(TRAIN_STACKS[stack]))}
-    tp = draw(st.sampled_from([None, 1, 2, 4]))
-    if tp is not None or stack is not None:   # the preset's tp 2, on a stack without TP refused by field
-        layout["tp"] = tp if tp is not None else (2 if stack is None else draw(st.sampled_from([1, 2])))
+    megatron = stack in (None, "megatron-2022")
+    layout: dict[str, Any] = {"zero": draw(st.sampled_from(TRAIN_STACKS[stack])),
+                              "tp": draw(st.sampled_from([1, 2, 4] if megatron else [1, 1, 1, 2]))}
+    if megatron and draw(st.integers(0, 3)) == 0:
+        layout["pp"] = 2
+    if draw(st.booleans()):
+        layout["recompute"] = draw(st.sampled_from(["full", "none", "selective"]))
     out: dict[str, Any] = {"train_layout": layout}
     if stack is not None:
         out["train_software"] = stack
     if stack in ("hf-transformers", "trl") and draw(st.booleans()):
-        on_host = draw(st.booleans())
-        out["train_params"] = zero_train_params(layout["zero"], overlap_comm=draw(st.booleans()), optimizer_on_host=on_host,
-                                                fp32_grad_accum=layout["zero"] > 0 and draw(st.booleans()))
-        if on_host:
-            out["train_params"]["offload"] = {"optimizer": True, "scope": "optimizer_step"}
+        out.update(deepspeed_keys(draw, layout["zero"]))
     if draw(st.integers(0, 3)) == 0:
         out["lora"] = {"rank": draw(st.sampled_from([8, 16])),
                        "targets": draw(st.sampled_from(["all-linear", ["qkv", "o"]]))}
     return out
+
+
+def deepspeed_keys(draw: st.DrawFn, stage: int) -> dict[str, Any]:
+    """workload keys of DeepSpeed ZeRO `stage` as the importers write them (openrlhf.py _deepspeed_zero, trl.py
+    _offload): train_params from zero_train_params, the optimizer (ZeRO-3: and the parameters) on the host,
+    fp32 gradient accumulation (ZeRO 1-3) beside bf16 or fp16 weights."""
+    offload = draw(st.sampled_from(["none", "optimizer", "params"] if stage == 3 else ["none", "optimizer"]))
+    fp32_accum = stage > 0 and draw(st.booleans())
+    bf16 = not fp32_accum or draw(st.booleans())
+    params = zero_train_params(stage, overlap_comm=draw(st.booleans()), optimizer_on_host=offload != "none",
+                               fp32_grad_accum=fp32_accum, params_on_host=offload == "params", bf16_weights=bf16)
+    if offload != "none":
+        params["offload"] = {"optimizer": True, "scope": "optimizer_step"} if offload == "optimizer" else {
+            "fsdp_cpu_offload": True, "host_param_bytes_per_param": 2.0}
+    return {"train_params": params, "dtype": "bf16" if bf16 else "fp16"}
 
 
 @st.composite
@@ -444,6 +461,8 @@ def engine_and_trainer_knobs(draw: st.DrawFn, case: dict[str, Any]) -> dict[str,
         workload["inference"] = draw(speculative_decoding())
     if draw(st.booleans()):
         workload["rollout_layout"] = {"tp": draw(st.sampled_from([1, 2, 4]))}
+    if draw(st.integers(0, 3)) == 0:
+        workload["engine"] = draw(st.sampled_from(sorted(ENGINE_SOFTWARE)))
     if draw(st.booleans()):
         workload.update(draw(trainer_knobs()))
     if "refit" in accepts and draw(st.booleans()):
