@@ -1213,21 +1213,26 @@ class LlmCosts:
 
     def _check_forward_beside(self, role: str, memory: MemoryBreakdown, pool: _Pool, budget: bool) -> None:
         """A forward pass that does not fit beside what stays resident on its devices
-        (_forward_beside_bytes) is an error naming the key that sizes its micro-batches."""
+        (_forward_beside_bytes) is an error naming the key that sizes its micro-batches, or, where its
+        weights alone do not fit beside them (no micro-batch would: check_forward_fits' rule), the key
+        that takes the larger resident part off the devices."""
         trained, frozen = self._forward_beside_bytes(role, pool)
         beside = trained + sum(frozen.values())
         if beside <= 0.0 or memory.total_bytes + beside <= memory.capacity_bytes:
             return
         held = _held_beside("the trained models'", trained, frozen)
-        field = forward_batch_field(budget)
         # the actor's state is the larger trained part beside any pass: its offload, or the frozen models'
-        _, step = self._beside_fix("critic", trained >= sum(frozen.values()), list(frozen))
+        resident_field, step = self._beside_fix("critic", trained >= sum(frozen.values()), list(frozen))
+        if memory.weights_bytes + memory.gathered_bytes + beside > memory.capacity_bytes:
+            field, fix = resident_field, f"{step}, or use more devices per training replica (tp / pp)"
+        else:
+            field = forward_batch_field(budget)
+            fix = f"lower {field}, {step}, or use more devices per training replica (tp / pp)"
         raise self._beside_the_engine(RlsimError(
             f"the {role}'s forward pass does not fit in device memory: it needs {(memory.total_bytes + beside) / 1e9:.1f} "
             f"GB per device, its own "
             f"{memory.total_bytes / 1e9:.1f} GB ({memory.describe()}) beside {' and '.join(held)}, of "
-            f"{memory.capacity_bytes / 1e9:.1f} GB usable", source=self.source, field=field,
-            fix=f"lower {field}, {step}, or use more devices per training replica (tp / pp)"))
+            f"{memory.capacity_bytes / 1e9:.1f} GB usable", source=self.source, field=field, fix=fix))
 
     def layout_for(self, role: str, n_devices: int) -> TrainLayout:
         """The layout a role's passes run under: the actor's, the critic's micro-batching over it."""

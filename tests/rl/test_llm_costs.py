@@ -692,6 +692,24 @@ def test_areal_on_one_node_cannot_hold_the_presets_update_beside_its_resident_re
     simulator.simulate(topology={"preset": "dgx-h100", "nodes": 2}, overrides=small, **run)
 
 
+def test_a_forward_whose_weights_alone_do_not_fit_beside_the_trained_state_names_its_offload_not_its_micro_batch():
+    """PPO on one-step-off in the fuzz harness's tiny scenario (Qwen2.5-7B, one DGX-H100 node: 4 training devices,
+    TP2 x DP2 ZeRO-1): the actor's and the critic's kept state, 88.1 GB a device, fill the 79 GB before any
+    activation. The refusal named schedule.forward_micro_batch and said to lower it (the kind/knob property
+    test's refused draws), which changes nothing there: it names the offload of the trained state."""
+    import copy
+
+    import simulator
+    from tests.fuzz.harness import TINY_SCENARIO
+    scenario = copy.deepcopy(TINY_SCENARIO)
+    scenario["workload"]["algorithm"], scenario["schedule"] = "ppo", {"kind": "one-step-off"}
+    with pytest.raises(RlsimError, match="the actor's forward pass does not fit in device memory: it needs 95.9 GB per "
+                                         "device") as err:
+        simulator.simulate(scenario=copy.deepcopy(scenario))
+    assert err.value.field == "workload.train_params.offload"
+    assert "forward_micro_batch" not in err.value.fix and "{params: true, optimizer: true}" in err.value.fix
+
+
 _FP32_MASTER = ("workload.train_params.memory={resident_weight_bytes_per_param: 4, optimizer_bytes_per_param: 8}",)
 
 
