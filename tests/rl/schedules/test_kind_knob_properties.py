@@ -452,7 +452,7 @@ def switch_knobs(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def engine_and_trainer_knobs(draw: st.DrawFn, case: dict[str, Any]) -> dict[str, Any]:
     """The tiny scenario of `case` with the engine's and the trainer's knobs drawn over it: speculative
-    decoding, the rollout TP, the trainer (trainer_knobs), the full-tensor refit (and LoRA's refit of the
+    decoding, the rollout TP, a named engine, the trainer (trainer_knobs), the full-tensor refit (and LoRA's refit of the
     whole weights), the colocated switch where the kind has one."""
     scenario = tiny_llm_scenario(case)
     workload, sched = scenario["workload"], scenario["schedule"]
@@ -476,7 +476,7 @@ def engine_and_trainer_knobs(draw: st.DrawFn, case: dict[str, Any]) -> dict[str,
 
 @pytest.mark.parametrize("force", WORKLOAD_FEATURES)
 @pytest.mark.parametrize("kind", registry_kinds())
-@examples(2)
+@examples(3)
 @given(data=st.data())
 def test_every_kind_keeps_its_promises_under_the_engine_and_trainer_knobs(kind, force, data):
     """Each kind with each of multi-turn rollouts, a distillation teacher, a served reward model and dynamic
@@ -497,6 +497,7 @@ def test_verl_fsdp_at_tp_2_is_refused_by_field():
     assert err.value.field == "workload.train_layout.tp" and "strategy=megatron" in str(err.value)
     scenario["workload"]["train_layout"]["tp"] = 1
     check_llm_result(scenario, simulator.simulate(scenario=copy.deepcopy(scenario)))
+
 
 # ---- the shrunk cases the property found, each a plain regression test ---------------------------
 
