@@ -542,12 +542,17 @@ def test_zero3_only_comm_keys_are_refused_by_the_hetero_step_naming_their_key(kn
 
     params = TrainParams(comm=CommParams(**{knob: ZERO3_ONLY_COMM_GIVEN[knob]}),
                          memory=MemoryParams(zero_reduce_bucket_params=5e8))
+    _assert_refused_by_the_hetero_step(params, f"comm.{knob}")
+
+
+def _assert_refused_by_the_hetero_step(params, key: str) -> None:
+    """The heterogeneous step model refuses ``params`` naming workload.train_params.``key`` and --balance."""
     topo = load_topology({"preset": "dgx-h100", "nodes": 1})
     with pytest.raises(RlsimError) as info:
         HeteroStepModel(load_model("qwen2.5-7b"), topo, 2048, 1, train_params=params)
-    assert info.value.field == f"workload.train_params.comm.{knob}"
+    assert info.value.field == f"workload.train_params.{key}"
     assert "ZeRO 0-2" in info.value.message and "--balance" in info.value.fix
-    assert f"remove workload.train_params.comm.{knob}" in info.value.fix
+    assert f"remove workload.train_params.{key}" in info.value.fix
 
 
 # A value off each ZeRO-3-only memory key's default that MemoryParams admits on its own (the sub-group
@@ -577,13 +582,7 @@ def test_zero3_only_memory_keys_are_refused_by_the_hetero_step_naming_their_key(
     from simulator.params import MemoryParams, TrainParams
 
     memory = {"zero_reduce_bucket_params": 5e8, **ZERO3_ONLY_MEMORY_GIVEN[knob]}
-    params = TrainParams(memory=MemoryParams(**memory))
-    topo = load_topology({"preset": "dgx-h100", "nodes": 1})
-    with pytest.raises(RlsimError) as info:
-        HeteroStepModel(load_model("qwen2.5-7b"), topo, 2048, 1, train_params=params)
-    assert info.value.field == f"workload.train_params.memory.{knob}"
-    assert "ZeRO 0-2" in info.value.message and "--balance" in info.value.fix
-    assert f"remove workload.train_params.memory.{knob}" in info.value.fix
+    _assert_refused_by_the_hetero_step(TrainParams(memory=MemoryParams(**memory)), f"memory.{knob}")
 
 
 def test_zero3_only_memory_keys_at_their_defaults_and_zero_1_3_keys_are_taken_by_the_hetero_step():
