@@ -87,7 +87,7 @@ def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[st
     _check_prices(prices)
     if isinstance(prices, (int, float)):
         return float(prices)
-    if hasattr(summary, "summary") and hasattr(summary, "device_kinds"):   # a SimulationResult
+    if _is_result(summary):   # its device kinds, counts and prices are beside its summary
         summary = {**summary.summary, "device_kinds": list(summary.device_kinds),
                    "device_counts": dict(getattr(summary, "device_counts", {}) or {}),
                    "device_prices": dict(getattr(summary, "device_prices", {}) or {})}
@@ -113,6 +113,11 @@ def price_per_device_hour(summary: Mapping[str, Any], prices: float | Mapping[st
     if isinstance(counts, Mapping) and counts and set(counts) == set(kinds):
         return sum(float(found[k]) * n for k, n in counts.items()) / sum(counts.values())
     return max(float(found[k]) for k in kinds)
+
+
+def _is_result(summary: Any) -> bool:
+    """Whether ``summary`` is a SimulationResult (its summary and device kinds beside), not a summary."""
+    return hasattr(summary, "summary") and hasattr(summary, "device_kinds")
 
 
 def _check_prices(prices: Any) -> None:
@@ -154,7 +159,7 @@ def _device_kinds(summary: Mapping[str, Any]) -> list[str]:
 def cost_fields(summary: Mapping[str, Any], price: float | None = None) -> dict[str, float | None]:
     """Device-hours per 1,000 steps, and with a price the cost per step and per hour, at the steady
     figures. ``summary`` may be a SimulationResult (as price_per_device_hour takes one)."""
-    if hasattr(summary, "summary") and hasattr(summary, "device_kinds"):   # a SimulationResult: not subscriptable
+    if _is_result(summary):   # not subscriptable
         summary = summary.summary
     if not isinstance(summary, Mapping) or not isinstance(summary.get("devices"), numbers.Real):   # a KeyError before
         raise RlsimError("cannot cost this run: its summary has no device count ('devices')", field="devices",
