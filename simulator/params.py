@@ -1566,9 +1566,9 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
                                            grad_buffer_persists=False)),
     source="liger-kernel 0.8.5 liger_kernel/ops/rms_norm.py, rope.py, swiglu.py; transformers 5.25.0 (residual adds)")
 
-# The trainers on transformers' model code that add no tensor parallelism to it, as stacks of their
-# own (the same constants: the model code's, with Liger's kernels where the config asks for them), so
-# that a layout they cannot run is refused and the planner does not offer one:
+# The trainers on transformers' model code as stacks of their own (the same constants: the model code's,
+# with Liger's kernels where the config asks for them), so that a layout they cannot run is refused and
+# the planner does not offer one. Three add no tensor parallelism to it:
 # - verl's FSDP workers: a (ddp, fsdp) mesh and Ulysses' (dp, sp), no TP (verl 0.9.1
 #   workers/engine/fsdp/utils.py create_device_mesh, transformer_impl.py _init_device_mesh; 0.7.0
 #   workers/fsdp_workers.py); their cp is Ulysses (ulysses_sequence_parallel_size).
@@ -1578,9 +1578,41 @@ HF_TRANSFORMERS_LIGER = HF_TRANSFORMERS.replace(
 #   trainer/grpo_config.py __post_init__), and accelerate 1.16 runs tp_size > 1 only on a model already
 #   loaded tensor-parallel (accelerator.py prepare_model: "Model should undergo tensor parallel before
 #   passing it to accelerate"), which GRPOTrainer's create_model_from_path does not ask for; rlsim's
-#   import models its data-parallel backends (DDP, DeepSpeed ZeRO, FSDP) only.
+#   import models its data-parallel backends (DDP, DeepSpeed ZeRO, FSDP) only. A tp_plan "auto" through
+#   model_init_kwargs is not a TP trainer either: create_model_from_path sets device_map "auto" unless
+#   given (trl 1.16.0 trainer/utils.py), which from_pretrained refuses beside a tp_plan; without a mesh
+#   (a YAML cannot pass accelerate's) transformers lays its TP over every rank (4.57.1
+#   integrations/tensor_parallel.py initialize_tensor_parallelism: init_device_mesh((tp_size,)), tp_size the
+#   world's), leaving no data parallelism; accelerate then wraps the model in nothing, no DDP (prepare_model,
+#   tp_enabled); and the weight sync to vLLM reads a non-FSDP model's param.data, a DTensor shard under TP,
+#   not its full_tensor() (generation/vllm_generation.py _iter_named_params).
+# - NeMo RL's DTensor policy (policy.dtensor_cfg): torch FSDP2 fully_shard over the dp x cp ranks with
+#   DTensor TP (tensor_parallel_size, sequence_parallel) and context parallelism (context_parallel_size);
+#   no pipeline stages (its pipelines are megatron_cfg's).
+# - AReaL's FSDP engine: TP through its plan (t of actor.backend fsdp:dXtY), Ulysses as c, no pipeline.
+# Three shard with FSDP2 only, and so run ZeRO 3 only (bounded: a layout at another stage is refused):
+# - NeMo RL's dtensor_cfg has no sharding knob: the DTensor workers fully_shard every decoder layer with
+#   fully_shard's default reshard_after_forward (True: ZeRO-3), the root unit kept whole (nemo-automodel
+#   0.7.0 components/distributed/parallelizer.py, whose FSDP2Config.reshard_after_forward defaults to None:
+#   resharded unless pipelined; NeMo RL v0.5's dtensor_cfg keys, examples/configs/grpo_math_1B.yaml:
+#   enabled, cpu_offload, sequence_parallel, activation_checkpointing, tensor_parallel_size,
+#   context_parallel_size, custom_parallel_plan, pass no such override; NeMo RL's own source is not on
+#   PyPI, nemo-rl there is an empty 0.0.0). activation_checkpointing is a bool: True checkpoints whole
+#   decoder layers (or their attention and MLP each: parallelizer.py _apply), full recompute, or nothing.
+# - AReaL 1.0.4 engine/fsdp_utils/parallel.py parallelize_model: fully_shard(..., reshard_after_forward=True)
+#   on each decoder layer (apply_fsdp2) over the dp x sp mesh, no config key changes it; ParallelHelper
+#   asserts pp_size == 1; gradient_checkpointing is transformers' gradient_checkpointing_enable (whole
+#   layers); its TP plan shards the norms' sequence (SequenceParallel) whenever t > 1.
+# - SkyRL 0.3.0 has FSDP2 only (trainer.strategy fsdp2 renamed fsdp, train/utils/utils.py validate_cfg;
+#   FSDPStrategy asserts "fsdp"): fsdp_strategy.py fully_shard with fsdp_config.reshard_after_forward
+#   (True, False: the layer kept gathered from its forward to its backward, memory.zero3_reshard_after_forward,
+#   not ZeRO-2's unsharded parameters; or an int), sharded over fsdp_size ranks (HSDP: zero_shard_size).
 VERL_FSDP_FIX = "verl's Megatron backend: actor_rollout_ref.actor.strategy=megatron (workload.train_software: megatron-core)"
 SKYRL_FSDP_FIX = "SkyRL's Megatron backend: trainer.strategy=megatron (workload.train_software: megatron-core)"
+NEMO_RL_DTENSOR_FIX = ("NeMo RL's Megatron backend: policy.megatron_cfg.enabled=true with policy.dtensor_cfg.enabled=false "
+                       "(workload.train_software: megatron-core)")
+AREAL_FSDP_FIX = "AReaL's Megatron backend: actor.backend=megatron:d..t..p.. (workload.train_software: megatron-core)"
+FSDP2_ZERO = (3,)
 TRL_FIX = "another framework: TRL's GRPOTrainer runs data parallelism only (DDP, DeepSpeed ZeRO, FSDP)"
 # verl's FSDP shards as ZeRO-3 (FULL_SHARD / HYBRID_SHARD) or, with fsdp_config.reshard_after_forward false,
 # ZeRO-2 (SHARD_GRAD_OP / _HYBRID_SHARD_ZERO2): verl 0.9.1 workers/engine/fsdp/utils.py get_sharding_strategy;
@@ -1594,15 +1626,23 @@ def _trainer_stack(base: TrainSoftware, name: str, source: str, **dimensions: An
     return base.replace(name=name, source=f"{source}; {base.source}", **dimensions)
 
 
-_VERL_FSDP = {"tensor_parallel": False, "zero": VERL_FSDP_ZERO, "lacking_fix": VERL_FSDP_FIX,
-              "bounded": (*HF_BOUNDED, "zero")}
+_ZERO_BOUNDED = (*HF_BOUNDED, "zero")   # the recompute modes and the ZeRO stages both the trainer's only
+_VERL_FSDP = {"tensor_parallel": False, "zero": VERL_FSDP_ZERO, "lacking_fix": VERL_FSDP_FIX, "bounded": _ZERO_BOUNDED}
 _VERL_SOURCE = "verl 0.9.1 workers/engine/fsdp (device meshes, get_sharding_strategy)"
 _TRL = {"tensor_parallel": False, "context_parallel": False, "lacking_fix": TRL_FIX}
 _TRL_SOURCE = "trl 1.16.0 trainer/grpo_config.py; accelerate 1.16.0 accelerator.py"
 VERL_FSDP = _trainer_stack(HF_TRANSFORMERS, "verl-fsdp", _VERL_SOURCE, **_VERL_FSDP)
 VERL_FSDP_LIGER = _trainer_stack(HF_TRANSFORMERS_LIGER, "verl-fsdp-liger", _VERL_SOURCE, **_VERL_FSDP)
 SKYRL_FSDP = _trainer_stack(HF_TRANSFORMERS, "skyrl-fsdp", "skyrl 0.3.0 backends/skyrl_train/workers/worker.py "
-                            "(device mesh)", tensor_parallel=False, lacking_fix=SKYRL_FSDP_FIX)
+                            "(device mesh), distributed/fsdp_strategy.py (fully_shard)", tensor_parallel=False,
+                            zero=FSDP2_ZERO, bounded=_ZERO_BOUNDED, lacking_fix=SKYRL_FSDP_FIX)
+NEMO_RL_DTENSOR = _trainer_stack(HF_TRANSFORMERS, "nemo-rl-dtensor", "NeMo RL v0.5 policy.dtensor_cfg "
+                                 "(examples/configs/grpo_math_1B.yaml); nemo-automodel 0.7.0 "
+                                 "components/distributed/parallelizer.py (fully_shard, TP plan)",
+                                 zero=FSDP2_ZERO, bounded=_ZERO_BOUNDED, lacking_fix=NEMO_RL_DTENSOR_FIX)
+AREAL_FSDP = _trainer_stack(HF_TRANSFORMERS, "areal-fsdp", "areal 1.0.4 engine/fsdp_engine.py, "
+                            "engine/fsdp_utils/parallel.py (mesh, TP plan, fully_shard)", zero=FSDP2_ZERO,
+                            sequence_parallel=None, bounded=_ZERO_BOUNDED, lacking_fix=AREAL_FSDP_FIX)
 TRL_ACCELERATE = _trainer_stack(HF_TRANSFORMERS, "trl", _TRL_SOURCE, **_TRL)
 TRL_ACCELERATE_LIGER = _trainer_stack(HF_TRANSFORMERS_LIGER, "trl-liger", _TRL_SOURCE, **_TRL)
 
@@ -1744,6 +1784,7 @@ DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
 TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_CORE_OVERLAP, MEGATRON_2022,
                                                                  MEGATRON_2021, HF_TRANSFORMERS, HF_TRANSFORMERS_LIGER,
                                                                  VERL_FSDP, VERL_FSDP_LIGER, SKYRL_FSDP,
+                                                                 NEMO_RL_DTENSOR, AREAL_FSDP,
                                                                  TRL_ACCELERATE, TRL_ACCELERATE_LIGER)}
 
 

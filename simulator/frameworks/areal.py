@@ -137,8 +137,9 @@ RULES: dict[str, Rule] = {
                          "on step time"),
     "actor.path": mapped("workload.model", "Hugging Face id or folder -> model preset, or the folder's config.json"),
     "actor.backend": mapped("workload.train_layout", "fsdp / archon: ZeRO-3 over d x c with tp t, c Ulysses "
-                                                     "sequence parallelism (ulysses_sp); megatron: its d/t/p/c/e; "
-                                                     "d x t x p x c = the training GPUs"),
+                                                     "sequence parallelism (ulysses_sp); fsdp: train_software "
+                                                     "areal-fsdp (ZeRO 3 only, no pipeline); megatron: its "
+                                                     "d/t/p/c/e; d x t x p x c = the training GPUs"),
     "actor.scheduling_strategy.type": mapped("schedule.kind", "colocation (target rollout): colocated"),
     "actor.scheduling_strategy.*": ignored("process placement details: the GPUs are the backends'"),
     "actor.ppo_n_minibatches": mapped("workload.mini_batch_prompts", "train_dataset.batch_size / ppo_n_minibatches"),
@@ -453,8 +454,8 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     w["train_layout"] = without_inapplicable_layout_keys(
         _train_layout(v, train_engine, train_dims, prompts * n // minis, decided), w.get("model"),
         {"etp": "actor.backend"}, decided)
-    if train_engine == "fsdp":   # transformers' model code under FSDP2 (archon: torchtitan's, megatron: Megatron's)
-        w["train_software"] = hf_train_software(False)
+    if train_engine == "fsdp":   # transformers' model code under FSDP2 (archon: torchtitan's, megatron: Megatron's):
+        w["train_software"] = hf_train_software(False, "areal-fsdp")   # ZeRO 3, TP, Ulysses: params.AREAL_FSDP
         if w["train_layout"].get("tp", 1) == 1:   # with TP its vocab-parallel log-softmax: Megatron's count
             merge_train_params(w, {"compute": logprob_traffic(COMPILED_LOG_SOFTMAX_BYTES, False)})
     w["rollout_layout"] = _rollout_layout(v, rollout_engine, rollout_dims)

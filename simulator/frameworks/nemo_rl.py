@@ -120,7 +120,8 @@ RULES: dict[str, Rule] = {
                                          "longest first within the token budget"),
     "policy.dynamic_batching.enabled": unsupported("dynamic batching without packing is not modelled", neutral=False),
     "policy.dynamic_batching.*": ignored("used only with dynamic_batching.enabled"),
-    "policy.dtensor_cfg.enabled": mapped("workload.train_layout", "DTensor: tp / cp from dtensor_cfg, zero 3"),
+    "policy.dtensor_cfg.enabled": mapped("workload.train_layout", "DTensor: tp / cp from dtensor_cfg, zero 3; "
+                                         "train_software nemo-rl-dtensor (FSDP2: ZeRO 3 only, TP, CP, no pipeline)"),
     "policy.dtensor_cfg.tensor_parallel_size": mapped("workload.train_layout.tp"),
     "policy.dtensor_cfg.context_parallel_size": mapped("workload.train_layout.cp"),
     "policy.dtensor_cfg.sequence_parallel": mapped("workload.train_layout.sequence_parallel"),
@@ -346,8 +347,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     keys = ({"sequence_parallel": f"{_M}.sequence_parallel", "etp": f"{_M}.expert_tensor_parallel_size"}
             if v.flag(f"{_M}.enabled") else {"sequence_parallel": "policy.dtensor_cfg.sequence_parallel"})
     w["train_layout"] = without_inapplicable_layout_keys(_train_layout(v), w.get("model"), keys, decided)
-    if not v.flag(f"{_M}.enabled"):   # the DTensor policy trains transformers' model code
-        w["train_software"] = hf_train_software(False)
+    if not v.flag(f"{_M}.enabled"):   # the DTensor policy trains transformers' model code: params.NEMO_RL_DTENSOR
+        w["train_software"] = hf_train_software(False, "nemo-rl-dtensor")
     w["rollout_layout"] = _rollout_layout(v)
     # NeMo RL v0.5 drives vLLM V1: through the LLM class, or AsyncLLM with async_engine
     w["engine"] = "vllm-v1-async" if v.flag(f"{_V}.async_engine") else "vllm-v1"

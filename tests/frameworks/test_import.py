@@ -1710,8 +1710,8 @@ def test_a_changed_key_the_error_is_not_about_is_not_named_first():
 def test_trainers_of_transformers_model_code_get_its_stack():
     """verl's FSDP workers and NeMo RL's DTensor policy run transformers' model code: verl's FSDP
     workers its stack without TP, verl-fsdp (verl-fsdp-liger with model.use_liger: the constants of
-    hf-transformers(-liger)), NeMo RL's DTensor hf-transformers (its tensor_parallel_size); the Megatron
-    backends keep Megatron-Core."""
+    hf-transformers(-liger)), NeMo RL's DTensor nemo-rl-dtensor (FSDP2 ZeRO 3 with its tensor_parallel_size);
+    the Megatron backends keep Megatron-Core."""
     verl_cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
     assert import_config("verl", verl_cfg).scenario["workload"]["train_software"] == "verl-fsdp"
     liger = import_config("verl", verl_cfg, ["+actor_rollout_ref.model.use_liger=true"])
@@ -1723,7 +1723,7 @@ def test_trainers_of_transformers_model_code_get_its_stack():
     nemo = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"
     assert "train_software" not in import_config("nemo-rl", nemo).scenario["workload"]    # Megatron recipe
     dtensor = import_config("nemo-rl", nemo, ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"])
-    assert dtensor.scenario["workload"]["train_software"] == "hf-transformers"
+    assert dtensor.scenario["workload"]["train_software"] == "nemo-rl-dtensor"
     load_scenario(dtensor.scenario)
 
 

@@ -269,11 +269,11 @@ def test_a_critic_section_runs_ppo_with_areals_critic_timers(capsys):
 
 
 def test_the_fsdp_engine_runs_transformers_code_with_sequence_parallel_norms_under_tp():
-    """AReaL's FSDP engine trains transformers' model code (hf-transformers) and its TP plan shards
-    the norms' sequence (SequenceParallel(), areal/engine/fsdp_utils/parallel.py); Megatron keeps
-    rlsim's Megatron-Core stack."""
+    """AReaL's FSDP engine trains transformers' model code under its own stack (areal-fsdp: ZeRO 3, TP,
+    Ulysses, no pipeline) and its TP plan shards the norms' sequence (SequenceParallel(),
+    areal/engine/fsdp_utils/parallel.py); Megatron keeps rlsim's Megatron-Core stack."""
     tp = import_config("areal", EXAMPLE, ["actor.backend=fsdp:d2t2", "rollout.backend=sglang:d4"]).scenario["workload"]
-    assert tp["train_software"] == "hf-transformers" and tp["train_layout"]["sequence_parallel"] is True
+    assert tp["train_software"] == "areal-fsdp" and tp["train_layout"]["sequence_parallel"] is True
     plain = import_config("areal", EXAMPLE).scenario["workload"]
     assert "sequence_parallel" not in plain["train_layout"]
     megatron = import_config("areal", EXAMPLE, ["actor.backend=megatron:d2t2", "rollout.backend=sglang:d4"])
