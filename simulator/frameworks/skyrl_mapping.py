@@ -20,6 +20,7 @@ from .common import (
     hf_attention_compute,
     hf_train_software,
     merge_train_params,
+    positive_int,
     without_inapplicable_layout_keys,
 )
 from .skyrl_rules import MEGATRON_SIZES
@@ -150,8 +151,9 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
         _train_layout(v, strategy, policy_gpus, decided), w.get("model"),
         {"etp": "trainer.policy.megatron_config.expert_tensor_parallel_size"}, decided)
     if strategy == "fsdp":   # transformers' model code under FSDP2 (megatron: Megatron's)
-        w["train_software"] = hf_train_software(False, "skyrl-fsdp")   # no TP: params.SKYRL_FSDP
+        w["train_software"] = hf_train_software(False, "skyrl-fsdp")   # ZeRO 3, no TP: params.SKYRL_FSDP
         merge_train_params(w, {"memory": FSDP_MASTER_STATE, "comm": FSDP_MASTER_STEP})
+        _reshard_after_forward(v, w, decided)
         _logits_passes(v, w)
         _hf_attention(v, w)
     elif v.given("trainer.flash_attn"):
@@ -217,6 +219,45 @@ def _hf_attention(v: Values, w: dict[str, Any]) -> None:
     w.setdefault("train_params", {}).setdefault("compute", {}).update({"pad_rows_to": "batch", **(knobs or {})})
 
 
+def _fsdp_shard_size(v: Values, world: int) -> int | None:
+    """SkyRL's create_device_mesh (skyrl 0.3.0 backends/skyrl_train/distributed/fsdp_utils.py, the policy's
+    FSDPStrategy over its ``world`` GPUs): fsdp_size below 0 or at least the world shards over every rank
+    (None); between, a (world / fsdp_size, fsdp_size) mesh: HSDP, the state sharded over fsdp_size
+    consecutive ranks and replicated across (workload.train_layout.zero_shard_size)."""
+    key = "trainer.policy.fsdp_config.fsdp_size"
+    value = v(key)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value < 0):
+        return None
+    size = positive_int(value, key, v.result.source)
+    if size >= world:
+        return None
+    if world % size:
+        raise RlsimError(f"fsdp_size {size} does not divide the policy's {world} GPUs (SkyRL's (ddp, fsdp) device "
+                         "mesh needs world / fsdp_size whole)", source=v.result.source, field=key,
+                         fix="use a divisor of the policy's GPUs, or -1 (shard over all of them)")
+    return size
+
+
+def _reshard_after_forward(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """The policy's fsdp_config.reshard_after_forward, fully_shard's (skyrl 0.3.0 distributed/fsdp_strategy.py
+    _fsdp_init_model): true (SkyRL's default) reshards each layer after its forward; false keeps it gathered
+    through its backward (workload.train_params.memory.zero3_reshard_after_forward false: still ZeRO-3, the
+    state sharded between steps); an int reshards to that many ranks, not modelled (priced as true)."""
+    key = "trainer.policy.fsdp_config.reshard_after_forward"
+    value = v(key)
+    if value is None or value is True:
+        return
+    if value is False:
+        merge_train_params(w, {"memory": {"zero3_reshard_after_forward": False}})
+        return
+    if isinstance(value, int) and value >= 1:
+        decided[key] = ("unsupported", f"{value}: resharding to {value} ranks after the forward (FSDP2's int "
+                                       "reshard_after_forward) is not modelled: priced as true (the whole shard group)")
+        return
+    raise RlsimError(f"expected true, false or a rank count, got {value!r}", source=v.result.source, field=key,
+                     fix=f"pass {key}=true or {key}=false")
+
+
 def _train_layout(v: Values, strategy: str, policy_gpus: int,
                   decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     recompute = "full" if v.flag("trainer.gradient_checkpointing") else "none"
@@ -234,11 +275,8 @@ def _train_layout(v: Values, strategy: str, policy_gpus: int,
         layout = {"tp": 1, "pp": 1, "cp": sp, "zero": 3, "recompute": recompute}
         if sp > 1:
             layout["ulysses_sp"] = True
-        size = v("trainer.policy.fsdp_config.fsdp_size")
-        if size not in (-1, None, policy_gpus // sp):
-            decided["trainer.policy.fsdp_config.fsdp_size"] = ("unsupported", "hybrid sharding (FSDP over part of "
-                                                               "the GPUs, replicated over the rest) is not modelled: "
-                                                               "priced as a shard over all")
+        if (shard := _fsdp_shard_size(v, policy_gpus)) is not None:
+            layout["zero_shard_size"] = shard
         for key in _role_sections(v, "megatron_config"):
             decided[key] = ("ignored", "the models run with fsdp (trainer.strategy): Megatron settings do not apply")
     tokens = v("trainer.max_tokens_per_microbatch")

@@ -162,11 +162,16 @@ def _fsdp_keys(prefix: str) -> dict[str, Rule]:
         cpu_offload = unsupported(other, neutral=False)
     return {
         f"{section}.cpu_offload": cpu_offload,
-        f"{section}.fsdp_size": mapped("workload.train_layout.zero", "-1 (SkyRL's default): shard over every GPU; "
-                                       "another size (hybrid sharding) is not modelled")
+        f"{section}.fsdp_size": mapped("workload.train_layout.zero_shard_size", "-1 (SkyRL's default) or the "
+                                       "policy's GPUs or more: shard over every GPU; below: HSDP (create_device_mesh: "
+                                       "a (ddp, fsdp) mesh), the state sharded over fsdp_size consecutive ranks, "
+                                       "replicated across")
         if policy else unsupported(other, neutral=-1),
-        f"{section}.reshard_after_forward": unsupported("FSDP2 keeping the gathered weights after the forward is not "
-                                                        "imported", neutral=True),
+        f"{section}.reshard_after_forward": mapped(
+            "workload.train_params.memory.zero3_reshard_after_forward", "fully_shard's: false keeps each layer "
+            "whole from its forward through its backward, which then gathers nothing (still ZeRO 3); an int "
+            "(reshard to that many ranks) unsupported, priced as true")
+        if policy else unsupported(other, neutral=True),
         # skyrl 0.3.0 fsdp_strategy.py _fsdp_init_model: MixedPrecisionPolicy(param_dtype, reduce_dtype) from
         # these two (buffer_dtype is not read); rlsim prices bf16 compute with an fp32 gradient reduction
         f"{section}.mixed_precision.param_dtype": unsupported("an FSDP compute dtype other than bf16 is not "
