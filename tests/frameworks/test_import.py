@@ -1727,6 +1727,32 @@ def test_trainers_of_transformers_model_code_get_its_stack():
     load_scenario(dtensor.scenario)
 
 
+DTENSOR = ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"]
+
+
+def test_nemo_rls_dtensor_policy_is_its_fsdp2_stack_with_tp_and_cp():
+    """NeMo RL's DTensor policy: nemo-rl-dtensor (FSDP2's fully_shard, ZeRO 3 only; DTensor TP and CP, no
+    pipeline), its tensor / context parallel sizes and sequence_parallel read into the layout."""
+    nemo = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"
+    r = import_config("nemo-rl", nemo, [*DTENSOR, "+policy.dtensor_cfg.tensor_parallel_size=2",
+                                        "+policy.dtensor_cfg.context_parallel_size=2",
+                                        "+policy.dtensor_cfg.sequence_parallel=true"])
+    w = r.scenario["workload"]
+    assert w["train_software"] == "nemo-rl-dtensor" and "nemo-rl-dtensor" in r.mapped["policy.dtensor_cfg.enabled"]
+    assert {k: w["train_layout"][k] for k in ("tp", "cp", "pp", "zero", "sequence_parallel")} == \
+        {"tp": 2, "cp": 2, "pp": 1, "zero": 3, "sequence_parallel": True}
+    load_scenario(r.scenario)
+
+
+@pytest.mark.parametrize(("key", "value", "says", "fix"), [
+    ("zero", 2, "nemo-rl-dtensor runs zero 3 only", "set zero: 3"),
+    ("pp", 2, "nemo-rl-dtensor has no pipeline parallelism", "policy.megatron_cfg.enabled=true")])
+def test_a_layout_nemo_rls_dtensor_policy_cannot_run_is_refused_naming_the_field(capsys, key, value, says, fix):
+    code, _, err = cli(capsys, "run", "--from-nemo-rl", str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"), *DTENSOR,
+                       "--set", f"workload.train_layout.{key}={value}", "--iterations", "1")
+    assert code == 2 and f"workload.train_layout.{key}" in err and says in err and fix in err
+
+
 def test_verls_bypass_mode_skips_the_old_log_prob_pass():
     """algorithm.rollout_correction.bypass_mode (verl 0.7): fit() takes the rollout's log-probs as the old
     ones and runs no old_log_prob pass, on the hybrid engine and the one-step-off recipe alike; the

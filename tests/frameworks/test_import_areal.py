@@ -280,6 +280,14 @@ def test_the_fsdp_engine_runs_transformers_code_with_sequence_parallel_norms_und
     assert "train_software" not in megatron.scenario["workload"]
 
 
+def test_the_fsdp_engine_refuses_a_zero_stage_it_does_not_shard_at(capsys):
+    """AReaL 1.0.4's FSDP engine fully_shards every layer with reshard_after_forward=True (fsdp_utils/parallel.py):
+    areal-fsdp runs ZeRO 3 only, a layout at ZeRO 2 refused naming the field."""
+    code = main(["run", "--from-areal", str(EXAMPLE), "--set", "workload.train_layout.zero=2", "--iterations", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "workload.train_layout.zero" in err and "areal-fsdp runs zero 3 only" in err
+
+
 TEACHER = ["+teacher.engine_type=rollout", "+teacher.path=Qwen/Qwen2.5-7B-Instruct", "+teacher.rollout.backend=sglang:d4t2",
            "+teacher.rl_loss_weight=1.0"]
 

@@ -387,3 +387,49 @@ def test_the_references_gradient_reduction_dtype_is_read_past(key, value, strate
     assert key not in r.unsupported and "forward" in r.ignored[key]
     compute = "trainer.ref.fsdp_config.mixed_precision.param_dtype"
     assert compute in import_config("skyrl", EXAMPLE, ["trainer.strategy=fsdp2", f"{compute}=fp32"]).unsupported
+
+
+def test_the_policys_reshard_after_forward_is_fully_shards_and_stays_zero_3():
+    """SkyRL 0.3.0 passes fsdp_config.reshard_after_forward to fully_shard (distributed/fsdp_strategy.py): false
+    keeps each layer whole from its forward through its backward (train_params.memory.zero3_reshard_after_forward,
+    as verl's fsdp2 import maps it), still ZeRO 3 (was listed unsupported and priced as true); an int reshards to
+    that many ranks, listed unsupported; SkyRL's default true writes nothing."""
+    key = "trainer.policy.fsdp_config.reshard_after_forward"
+    plain = import_config("skyrl", EXAMPLE)
+    assert "zero3_reshard_after_forward" not in plain.scenario["workload"]["train_params"].get("memory", {})
+    kept = import_config("skyrl", EXAMPLE, [f"{key}=false"])
+    w = kept.scenario["workload"]
+    assert w["train_params"]["memory"]["zero3_reshard_after_forward"] is False and w["train_layout"]["zero"] == 3
+    assert key in kept.mapped and w["train_software"] == "skyrl-fsdp"
+    assert load_scenario(kept.scenario).workload.train_params.memory.zero3_reshard_after_forward is False
+    ranks = import_config("skyrl", EXAMPLE, [f"{key}=4"])
+    assert "not modelled" in ranks.unsupported[key]
+    assert "zero3_reshard_after_forward" not in ranks.scenario["workload"]["train_params"].get("memory", {})
+    with pytest.raises(RlsimError) as err:
+        import_config("skyrl", EXAMPLE, [f"{key}=sometimes"])
+    assert err.value.field == key and "=false" in err.value.fix
+    megatron = import_config("skyrl", EXAMPLE, ["trainer.strategy=megatron", f"{key}=false"])
+    assert key in megatron.ignored and "memory" not in megatron.scenario["workload"].get("train_params", {})
+
+
+def test_the_policys_fsdp_size_below_its_gpus_is_hsdp():
+    """create_device_mesh (distributed/fsdp_utils.py): fsdp_size below the policy's GPUs builds a (ddp, fsdp)
+    mesh, the state sharded over fsdp_size ranks and replicated across: train_layout.zero_shard_size (was
+    listed unsupported, priced as a shard over all 8); -1 or the GPUs or more shard over all of them."""
+    key = "trainer.policy.fsdp_config.fsdp_size"
+    for size, shard in ((-1, None), (8, None), (16, None), (4, 4), (2, 2)):
+        layout = import_config("skyrl", EXAMPLE, [f"{key}={size}"]).scenario["workload"]["train_layout"]
+        assert layout.get("zero_shard_size") == shard, size
+    hsdp = import_config("skyrl", EXAMPLE, [f"{key}=4"])
+    assert key in hsdp.mapped and load_scenario(hsdp.scenario).workload.train_layout["zero_shard_size"] == 4
+    with pytest.raises(RlsimError) as err:
+        import_config("skyrl", EXAMPLE, [f"{key}=3"])
+    assert err.value.field == key and "does not divide the policy's 8 GPUs" in err.value.message
+
+
+def test_the_fsdp2_stack_refuses_a_zero_stage_skyrl_does_not_shard_at(capsys):
+    """SkyRL's FSDP2 workers shard as ZeRO 3 only (params.SKYRL_FSDP): a layout at ZeRO 2 is refused naming
+    the field and the stages it has."""
+    code = main(["run", "--from-skyrl", str(EXAMPLE), "--set", "workload.train_layout.zero=2", "--iterations", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "workload.train_layout.zero" in err and "skyrl-fsdp runs zero 3 only" in err

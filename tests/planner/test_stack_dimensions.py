@@ -1,6 +1,7 @@
 """The parallel dimensions a training stack runs (params.TrainSoftware: tensor_parallel,
 pipeline_parallel, context_parallel): the trainers on transformers' model code run no pipeline
-stages, verl's and SkyRL's FSDP workers no TP, TRL's GRPOTrainer neither TP nor CP. The planner
+stages, verl's and SkyRL's FSDP workers no TP, TRL's GRPOTrainer neither TP nor CP; NeMo RL's DTensor
+policy, AReaL's FSDP engine and SkyRL's FSDP workers shard with FSDP2 only (ZeRO 3). The planner
 offers only what the stack runs, and a run's layout the stack cannot run is refused."""
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
 from simulator.params import (
+    AREAL_FSDP,
     HF_TRANSFORMERS,
     HF_TRANSFORMERS_LIGER,
     MEGATRON_CORE,
+    NEMO_RL_DTENSOR,
     SKYRL_FSDP,
     TRAIN_SOFTWARE,
     TRL_ACCELERATE,
@@ -53,6 +56,11 @@ def test_the_megatron_stacks_run_every_dimension_and_the_hf_stacks_no_pipeline()
     # verl's FSDP shards as ZeRO-3, or ZeRO-2 without reshard_after_forward (get_sharding_strategy)
     assert VERL_FSDP.search_limits() == {**HF_TRANSFORMERS.search_limits(), "tp": [1], "zero": [3, 2]}
     assert TRL_ACCELERATE.search_limits() == {**HF_TRANSFORMERS.search_limits(), "tp": [1], "cp": [1]}
+    # FSDP2's fully_shard only: NeMo RL's DTensor policy and AReaL's FSDP engine with TP and CP, SkyRL's without TP
+    assert NEMO_RL_DTENSOR.search_limits() == {**HF_TRANSFORMERS.search_limits(), "zero": [3]}
+    assert AREAL_FSDP.search_limits() == {**HF_TRANSFORMERS.search_limits(), "zero": [3]}
+    assert SKYRL_FSDP.search_limits() == {**HF_TRANSFORMERS.search_limits(), "tp": [1], "zero": [3]}
+    assert AREAL_FSDP.sequence_parallel is None   # its TP plan shards the norms' sequence whenever t > 1
     assert MEGATRON_CORE.search_limits() == {"recompute": ["selective", "none", "full"], "zero": [1, 0, 2, 3]}
 
 
@@ -61,9 +69,11 @@ def test_a_trainers_stack_prices_what_its_model_code_stack_prices():
     import naming them costs what it cost under hf-transformers."""
     for stack, base in ((VERL_FSDP, HF_TRANSFORMERS), (VERL_FSDP_LIGER, HF_TRANSFORMERS_LIGER),
                         (SKYRL_FSDP, HF_TRANSFORMERS), (TRL_ACCELERATE, HF_TRANSFORMERS),
-                        (TRL_ACCELERATE_LIGER, HF_TRANSFORMERS_LIGER)):
+                        (TRL_ACCELERATE_LIGER, HF_TRANSFORMERS_LIGER), (NEMO_RL_DTENSOR, HF_TRANSFORMERS),
+                        (AREAL_FSDP, HF_TRANSFORMERS)):
         differ = {f.name for f in dataclasses.fields(base) if getattr(stack, f.name) != getattr(base, f.name)}
-        assert differ <= {"name", "source", "lacking_fix", "tensor_parallel", "context_parallel", "zero", "bounded"}, stack.name
+        assert differ <= {"name", "source", "lacking_fix", "tensor_parallel", "context_parallel", "zero", "bounded",
+                          "sequence_parallel"}, stack.name
         assert stack.zero[0] == base.zero[0], stack.name   # a layout that gives no zero takes the same stage
         assert stack.params == base.params
 
@@ -92,13 +102,25 @@ def test_a_layout_the_stack_lacks_is_refused_naming_the_field(key, value):
     assert HF_TRANSFORMERS.lacked_dimension({"tp": 4, "pp": 1, "vpp": 1, "cp": 2}) is None
     assert VERL_FSDP.lacked_dimension({"tp": 4}) == ("tp", "tp=4: verl-fsdp has no tensor parallelism")
     assert TRL_ACCELERATE.lacked_dimension({"cp": 2}) == ("cp", "cp=2: trl has no context parallelism")
+    assert NEMO_RL_DTENSOR.lacked_dimension({"tp": 4, "cp": 2}) is None and AREAL_FSDP.lacked_dimension({"tp": 2}) is None
+
+
+@pytest.mark.parametrize(("stack", "fix"), [(NEMO_RL_DTENSOR, "policy.megatron_cfg.enabled=true"),
+                                            (AREAL_FSDP, "actor.backend=megatron:")])
+def test_a_pipeline_on_the_fsdp2_trainers_is_refused_naming_their_megatron_backend(stack, fix):
+    with pytest.raises(RlsimError) as err:
+        stack.layout_fields(pp=2)
+    assert err.value.field == "workload.train_layout.pp" and f"{stack.name} has no pipeline parallelism" in err.value.message
+    assert "pp: 1 and vpp: 1" in err.value.fix and fix in err.value.fix
 
 
 @pytest.mark.parametrize(("software", "key", "value", "runs"), [
     ("verl-fsdp", "zero", 1, "zero 3, 2 only"), ("verl-fsdp-liger", "zero", 0, "zero 3, 2 only"),
     ("verl-fsdp", "recompute", "selective", "recompute full, none only"),
     ("hf-transformers", "recompute", "selective", "recompute full, none only"),
-    ("trl", "recompute", "selective", "recompute full, none only")])
+    ("trl", "recompute", "selective", "recompute full, none only"),
+    ("nemo-rl-dtensor", "zero", 2, "zero 3 only"), ("nemo-rl-dtensor", "recompute", "selective", "recompute full, none only"),
+    ("areal-fsdp", "zero", 1, "zero 3 only"), ("skyrl-fsdp", "zero", 2, "zero 3 only")])
 def test_a_zero_stage_or_recompute_mode_the_stacks_trainer_has_not_is_refused_when_the_scenario_loads(
         software, key, value, runs):
     """The property test drew verl-fsdp at ZeRO 1 and hf-transformers with selective recompute: the runs went
@@ -150,6 +172,25 @@ def test_the_planners_rows_of_an_hf_stack_import_have_no_pipeline(capsys, flag, 
     code, out, err = cli(capsys, "plan", flag, str(EXAMPLES / config), "--top", "1000", "--json")
     assert code == 0, err
     assert _dimensions(json.loads(out)) == dimensions
+
+
+@pytest.mark.parametrize(("flag", "config", "extra", "dimensions"), [
+    # SkyRL: Ulysses, no TP (32 rows at ZeRO 0-3 before, ranked first ZeRO 2 at 5.52 s; 8 now, ZeRO 3 at 6.00 s)
+    ("--from-skyrl", "skyrl-grpo-qwen2.5-1.5b-gsm8k.sh", [], {(1, 1, 1, 1), (1, 1, 1, 2)}),
+    # AReaL's fsdp:d4 on 4 GPUs: TP (its plan) and Ulysses (52 rows before, ZeRO 2 first at 10.48 s; 12, 11.14 s)
+    ("--from-areal", "areal-grpo-qwen2.5-1.5b.yaml", [], {(1, 1, 1, 1), (1, 1, 1, 2), (2, 1, 1, 1)}),
+    # NeMo RL's DTensor policy on 16 GPUs: TP up to a node and CP (104 rows before, ZeRO 2 first at 9.09 s; 28, 10.61 s)
+    ("--from-nemo-rl", "nemo-rl-grpo-llama3.1-8b.yaml", ["policy.megatron_cfg.enabled=false",
+                                                         "policy.dtensor_cfg.enabled=true"],
+     {(1, 1, 1, 1), (1, 1, 1, 2), (2, 1, 1, 1), (2, 1, 1, 2), (4, 1, 1, 1), (4, 1, 1, 2), (8, 1, 1, 1)})])
+def test_the_fsdp2_trainers_imports_plan_zero_3_only(capsys, flag, config, extra, dimensions):
+    """NeMo RL's DTensor policy, AReaL's FSDP engine and SkyRL's FSDP workers shard with FSDP2's fully_shard
+    only: their plans ranked ZeRO 2 first (hf-transformers' 0-2), which none of them runs."""
+    code, out, err = cli(capsys, "plan", flag, str(EXAMPLES / config), *extra, "--top", "1000", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert {r["layout"]["zero"] for r in rows} == {3}
+    assert _dimensions(rows) == dimensions
 
 
 @pytest.mark.parametrize("megatron", [["actor_rollout_ref.actor.strategy=megatron"],

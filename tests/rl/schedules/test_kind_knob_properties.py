@@ -377,11 +377,13 @@ def test_every_kind_keeps_its_promises_on_the_llm_costs(kind, data):
 
 # ---- the engine's and the trainer's knobs on the LLM costs -------------------------------------------
 
-# The trainer stacks drawn (None: the preset's megatron-core), each with the ZeRO stages it is drawn at: verl-fsdp's 1,
-# which its trainer has not, refused by field (TrainSoftware.bounded) as a TP above 1 where it has none, and as
-# selective recompute on the transformers stacks; megatron-2022's 1 a what-if that runs.
+# The trainer stacks drawn (None: the preset's megatron-core), each with the ZeRO stages it is drawn at: verl-fsdp's 1
+# and the FSDP2 stacks' 2 (nemo-rl-dtensor, areal-fsdp, skyrl-fsdp shard as ZeRO 3 only), which their trainers have
+# not, refused by field (TrainSoftware.bounded) as a TP above 1 where it has none, and as selective recompute on the
+# transformers stacks; megatron-2022's 1 a what-if that runs.
 TRAIN_STACKS: dict[str | None, tuple[int, ...]] = {None: (1, 0, 3), "megatron-2022": (0, 1), "hf-transformers": (0, 1, 2, 3),
-                                                   "verl-fsdp": (1, 2, 3), "skyrl-fsdp": (3, 2), "trl": (0, 2, 3)}
+                                                   "verl-fsdp": (1, 2, 3), "skyrl-fsdp": (3, 3, 2), "trl": (0, 2, 3),
+                                                   "nemo-rl-dtensor": (3, 3, 2), "areal-fsdp": (3, 3, 2)}
 WORKLOAD_FEATURES = ("multi_turn", "distillation", "served_reward", "dynamic_sampling")
 
 
