@@ -821,7 +821,8 @@ def flag(value: Any, key: str, source: str) -> bool:
 # The training stacks of the trainers that run Hugging Face transformers' model code (TRL, verl's
 # FSDP workers, OpenRLHF's DeepSpeed actor, AReaL's FSDP engine, NeMo RL's DTensor policy, SkyRL's
 # FSDP workers): its unfused element-wise ops, or Liger's kernels in their place
-# (params.HF_TRANSFORMERS(_LIGER); the trainers without its TP have their own, of the same constants).
+# (params.HF_TRANSFORMERS(_LIGER); the trainers without its TP, or with FSDP2's ZeRO 3 only, have their own,
+# of the same constants).
 HF_TRAIN_SOFTWARE = "hf-transformers"
 
 
@@ -835,8 +836,9 @@ def merge_train_params(w: dict[str, Any], fields: Mapping[str, Mapping[str, Any]
 
 def hf_train_software(liger: bool, trainer: str = HF_TRAIN_SOFTWARE) -> str:
     """The stack of transformers' model code (Liger's kernels in it with ``liger``) as ``trainer``
-    runs it: a trainer with a stack of its own, for the parallelism it lacks (params.VERL_FSDP
-    "verl-fsdp", SKYRL_FSDP "skyrl-fsdp", TRL_ACCELERATE "trl"), else the shared hf-transformers."""
+    runs it: a trainer with a stack of its own, for the parallelism or the ZeRO stages it lacks
+    (params.VERL_FSDP "verl-fsdp", SKYRL_FSDP "skyrl-fsdp", TRL_ACCELERATE "trl", NEMO_RL_DTENSOR
+    "nemo-rl-dtensor", AREAL_FSDP "areal-fsdp"), else the shared hf-transformers."""
     from ..params import TRAIN_SOFTWARE
     name = f"{trainer}-liger" if liger else trainer
     if name not in TRAIN_SOFTWARE:
