@@ -88,11 +88,10 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
     from ..scenario import LIMITS_FIX, load_scenario
 
     _refuse_other_stage(args)
-    rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
     # The scenario (given, else the default one) is always loaded: every --set key is checked there
     # (an unknown one is an error), and its workload's train_software, train_params and inference
     # constants are the planner's. The flags below replace its model, batch and length.
-    scn = scn if scn is not None else load_scenario(args.scenario, overrides=rest)
+    scn = scn if scn is not None else load_scenario(args.scenario, overrides=scenario_overrides(args))
     # model, batch and length fall back to the workload of a given scenario, or of the default one
     # when no --model is given
     workload = scn.workload if (args.scenario or args.model is None) else None
@@ -168,6 +167,25 @@ _BATCH_KEYS = ("workload.prompts_per_step", "workload.samples_per_prompt", "work
 _LENGTH_KEYS = ("workload.prompt_length", "workload.response_length")
 # The layouts plan searches (a given one is not its input), with the planner section that narrows each
 _SEARCHED = {"train_layout": "space", "rollout_layout": "rollout"}
+
+
+# What a training plan leaves its scenario's train layout to: the planner (plan searches the layouts).
+PLANNED_TRAIN_LAYOUT = "workload.train_layout=auto"
+
+
+def scenario_overrides(args: argparse.Namespace) -> list[str]:
+    """The --set items the plan's scenario loads with: all but planner.* (the planner's settings,
+    _planner_keys), and for a training plan the train layout left to the planner, last: plan replaces
+    it with the layouts it searches (they keep to the stack's limits), so the given one is not held to
+    the stack (--set workload.train_software=verl-fsdp on a scenario trained at tp 8 was refused by that
+    tp, and --set workload.train_layout.* is refused: a dead end). `rlsim run` still checks it. A
+    --set item of that layout is left to _refuse_other_stage, which names it."""
+    rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
+    if args.stage != "train":
+        return rest
+    layout = PLANNED_TRAIN_LAYOUT.split("=")[0]
+    key_of = {item: parse_assignment(item)[0] for item in rest}
+    return [*(o for o in rest if key_of[o] != layout and not key_of[o].startswith(layout + ".")), PLANNED_TRAIN_LAYOUT]
 
 
 def _shape_read_past(args: argparse.Namespace) -> dict[str, str]:
@@ -284,8 +302,7 @@ def shape_note(args: argparse.Namespace) -> str | None:
     from ..autoplan import train_batch
     from ..scenario import load_scenario
 
-    rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
-    scn = load_scenario(None, overrides=rest)
+    scn = load_scenario(None, overrides=scenario_overrides(args))
     rows, row_len = train_batch(scn)
     taken = [f"{flag} {value}" for flag, value, given in (("--global-batch", rows, args.global_batch),
                                                             ("--seq-len", row_len, args.seq_len)) if not given]
@@ -307,8 +324,7 @@ def rollout_note(args: argparse.Namespace, topology: Any) -> str | None:
     from ..rl.llm_costs import LlmCosts
     from ..scenario import load_scenario
 
-    scn = load_scenario(args.scenario, overrides=[o for o in args.overrides
-                                                  if not parse_assignment(o)[0].startswith("planner.")])
+    scn = load_scenario(args.scenario, overrides=scenario_overrides(args))
     if scn.workload.rollout_layout == "auto":   # the run plans it
         return None
     try:

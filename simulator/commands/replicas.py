@@ -177,9 +177,9 @@ def plan_replicated(args: argparse.Namespace, rows_of: Any) -> int | None:
     from ..overrides import parse_assignment
     from ..uncertainty import plan_replicas
     from ..uncertainty.intervals import aggregate, ci_coverage, interval_over
-    rest = [o for o in args.overrides if not parse_assignment(o)[0].startswith("planner.")]
-    plan = plan_replicas(args.scenario, seeds=args.seeds, overrides=rest)
-    if not plan.distributions and any(parse_assignment(o)[0] == "seed" for o in rest):
+    from .plan import scenario_overrides
+    plan = plan_replicas(args.scenario, seeds=args.seeds, overrides=scenario_overrides(args))
+    if not plan.distributions and any(parse_assignment(o)[0] == "seed" for o in args.overrides):
         raise RlsimError("seed picks the replicas' draws of distribution values, and this plan has none "
                          "(the planner itself has no randomness)", source="--set", field="seed",
                          fix="drop --set seed, or give a workload key as a distribution (docs/guides/uncertainty.md)")

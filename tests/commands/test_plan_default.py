@@ -411,3 +411,23 @@ def test_plan_lists_an_interleaved_layout_as_the_run_takes_its_micro_batch_count
     scenario = tmp_path / "q30.yaml"
     scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: grpo-qwen3-30b-a3b\nschedule: colocated\n")
     assert _plans_and_runs(capsys, scenario, layout, [f"schedule.micro_batching={micro_batching}"]) == (runs, runs)
+
+
+@pytest.mark.parametrize("software, layout, lacked", [
+    ("verl-fsdp", "{tp: 2, pp: 1, zero: 1, recompute: full, micro_batch: 1}", "tp"),   # no TP, ZeRO 2 / 3 only
+    ("megatron-2021", "{tp: 2, cp: 2, zero: 1, recompute: full, micro_batch: 1}", "cp"),   # no CP, ZeRO 0 only
+])
+def test_a_stack_is_planned_whatever_layout_the_plan_replaces(tmp_path, capsys, software, layout, lacked):
+    """plan --set workload.train_software=STACK on a scenario whose train_layout that stack does not run
+    was refused by that layout, though plan replaces it with the layouts it searches (and refuses
+    --set workload.train_layout.*): a dead end. Its rows keep to the stack; rlsim run still refuses it."""
+    from simulator.params import TRAIN_SOFTWARE
+    path = tmp_path / "s.yaml"
+    path.write_text(f"topology: {{preset: dgx-h100, nodes: 1}}\nworkload: {{preset: grpo-qwen2.5-7b, "
+                    f"train_layout: {layout}}}\n")
+    assert main(["plan", str(path), "--set", f"workload.train_software={software}", "--top", "50", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    stack = TRAIN_SOFTWARE[software]
+    assert rows and all(row["layout"][lacked] == 1 and row["layout"]["zero"] in stack.zero for row in rows)
+    assert main(["run", str(path), "--set", f"workload.train_software={software}", "--iterations", "1"]) == 2
+    assert f"field 'workload.train_layout.{lacked}'" in capsys.readouterr().err
