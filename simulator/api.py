@@ -519,13 +519,15 @@ def check_no_single_kind(keywords: Mapping[str, Any]) -> None:
         raise RlsimError("a comparison runs each of its kinds: schedule= names one, which they would replace",
                          field="schedule", fix="name the kinds in the schedules argument; give other schedule "
                                                 "knobs as overrides=['schedule.KEY=VALUE']")
-    overrides = [parse_assignment(o)[0] for o in string_items(keywords.get("overrides") or (), field="overrides",
-                                                               what="'KEY=VALUE' strings",
-                                                               example="overrides=['iterations=2']")]
-    if "schedule.kind" in overrides:   # the compared kinds replace it
-        raise RlsimError("a comparison runs each of its kinds: --set schedule.kind would be replaced",
-                         field="schedule.kind", fix="name the kinds with --schedules (rlsim compare) or the "
-                                                    "kinds argument")
+    overrides = [parse_assignment(o) for o in string_items(keywords.get("overrides") or (), field="overrides",
+                                                            what="'KEY=VALUE' strings",
+                                                            example="overrides=['iterations=2']")]
+    for key, value in overrides:   # the compared kinds replace it: schedule.kind, or schedule=KIND / {kind: ...}
+        if key == "schedule.kind" or (key == "schedule" and (isinstance(value, str) or
+                                                             (isinstance(value, Mapping) and "kind" in value))):
+            raise RlsimError(f"a comparison runs each of its kinds: --set {key} names one, which they would replace",
+                             field=key, fix="name the kinds with --schedules (rlsim compare) or the kinds argument; "
+                                            "give other schedule knobs as --set schedule.KEY=VALUE")
 
 
 def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any],

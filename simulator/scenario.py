@@ -2850,6 +2850,7 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
         data["topology"] = topology
     if workload is not None:
         data["workload"] = workload
+    schedule, overrides = _kind_named_by_set(data, schedule, overrides)
     alone = None if schedule is None else _put_schedule(data, schedule, overrides)
     if isinstance(data.get("schedule"), str):
         data["schedule"] = {"kind": data["schedule"]}
@@ -2880,6 +2881,33 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
     if alone:
         data[_KIND_ALONE] = alone
     return data, source
+
+
+def kind_set_alone(overrides: Iterable[str]) -> tuple[str | None, list[str]]:
+    """`--set schedule=KIND` (a kind's name, not a mapping) names the kind alone, as --schedule KIND
+    does: (KIND, the other overrides). (None, the overrides) where no item does, or where another item
+    gives the section or a key under it before (apply_overrides refuses the second; two
+    `schedule=` items replace the section, the last winning, as before)."""
+    items = list(overrides)
+    keys = [parse_assignment(item) for item in items]
+    at = [i for i, (key, _) in enumerate(keys) if key == "schedule"]
+    if len(at) != 1 or not isinstance(keys[at[0]][1], str) \
+            or any(key.startswith("schedule.") for key, _ in keys[:at[0]]):
+        return None, items
+    return keys[at[0]][1], items[:at[0]] + items[at[0] + 1:]
+
+
+def _kind_named_by_set(data: dict[str, Any], schedule: Any, overrides: list[str]) -> tuple[Any, list[str]]:
+    """The schedule keyword and the overrides left, `--set schedule=KIND` taken as the keyword
+    schedule="KIND" (kind_set_alone: it keeps the section's knobs KIND takes, where it replaced the
+    section whole); applied last, it wins over a keyword kind, and a mapping keyword is the section it
+    keeps knobs of."""
+    kind, rest = kind_set_alone(overrides)
+    if kind is None:
+        return schedule, overrides
+    if schedule is not None and not isinstance(schedule, str):
+        data["schedule"] = schedule
+    return kind, rest
 
 
 def _put_schedule(data: dict[str, Any], schedule: Any, overrides: list[str]) -> dict[str, Any] | None:

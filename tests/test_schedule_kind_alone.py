@@ -197,3 +197,52 @@ def test_a_kind_named_alone_leaves_out_an_imports_timers_it_has_not_the_phases_o
     with pytest.raises(RlsimError) as info:   # --set schedule.kind stays strict
         load_scenario(str(path), overrides=["schedule.kind=async"])
     assert info.value.field == "output.timers"
+
+
+def test_set_schedule_to_a_kind_is_the_kind_named_alone(scenario_file):
+    """`--set schedule=KIND` replaced the section whole (the verl import's switch, refit and
+    micro-batching dropped without a note) where --schedule KIND keeps the knobs KIND takes: a user
+    typing either means the same, so both give the same scenario and the same note."""
+    alone = load_scenario(scenario_file, schedule="disaggregated")
+    by_set = load_scenario(scenario_file, overrides=["schedule=disaggregated"])
+    assert by_set.to_dict() == alone.to_dict() and given(by_set) == {**KEPT, "kind": "disaggregated"}
+    assert by_set.schedule_left_out == alone.schedule_left_out and by_set.schedule_left_out[0][0] == "switch"
+    # a knob set after the kind: as beside --schedule (the set one wins; one the kind does not take is refused)
+    after = load_scenario(scenario_file, overrides=["schedule=disaggregated", "schedule.micro_batching=balanced"])
+    assert after.schedule.micro_batching == "balanced" and after.schedule.refit == "full-tensors"
+    with pytest.raises(RlsimError, match="does not apply to kind: disaggregated"):
+        load_scenario(scenario_file, overrides=["schedule=disaggregated", "schedule.switch.engine_sleep=false"])
+    # a knob set before it is still refused (the section item would drop it), a mapping still replaces
+    with pytest.raises(RlsimError, match="dropping --set schedule.micro_batching=balanced"):
+        load_scenario(scenario_file, overrides=["schedule.micro_batching=balanced", "schedule=disaggregated"])
+    assert given(load_scenario(scenario_file, overrides=["schedule={kind: disaggregated}"])) == {"kind": "disaggregated"}
+    # applied last, it wins over the keyword's kind; a mapping keyword is the section it keeps knobs of
+    assert load_scenario(scenario_file, schedule="async", overrides=["schedule=disaggregated"]).to_dict() == \
+        alone.to_dict()
+    over = load_scenario(scenario_file, schedule={"kind": "colocated", "refit": "full-tensors", "fuse": "off"},
+                         overrides=["schedule=disaggregated"])
+    assert given(over) == {"kind": "disaggregated", "refit": "full-tensors"}
+
+
+def test_the_cli_takes_set_schedule_as_schedule(scenario_file, capsys):
+    """run, sweep (--set), sensitivity and plan give `--set schedule=KIND` the scenario and the note of
+    --schedule KIND; compare refuses it as it refuses --set schedule.kind (each compared kind replaced it)."""
+    assert main(["run", scenario_file, "--schedule", "disaggregated", "--json"]) == 0
+    alone = capsys.readouterr().out
+    assert main(["run", scenario_file, "--set", "schedule=disaggregated", "--json"]) == 0
+    assert capsys.readouterr().out == alone
+    assert main(["sweep", scenario_file, "--set", "schedule=disaggregated", "--grid", "seed=0", "--json"]) == 0
+    assert "rlsim: note: schedule.switch applies to " in capsys.readouterr().err
+    assert main(["sensitivity", scenario_file, "--set", "schedule=disaggregated", "--samples", "0", "--iterations",
+                 "1", "--vary", "workload.response_length.median=512..1024", "--json"]) == 0
+    assert "rlsim: note: schedule.switch applies to " in capsys.readouterr().err
+    assert main(["plan", scenario_file, "--set", "schedule=disaggregated", "--top", "1", "--json"]) == 0
+    plan_out = capsys.readouterr()
+    assert "rlsim: note: schedule.switch applies to " in plan_out.err
+    assert main(["plan", scenario_file, "--set", "schedule.kind=disaggregated", "--top", "1", "--json"]) == 2
+    assert "field 'schedule.switch'" in capsys.readouterr().err   # schedule.kind stays strict
+    for value in ("stalesync", "{kind: stalesync}"):
+        assert main(["compare", scenario_file, "--set", f"schedule={value}"]) == 2
+        err = capsys.readouterr().err
+        assert "field 'schedule'" in err and "--schedules" in err
+

@@ -206,18 +206,23 @@ def _refuse_other_stage(args: argparse.Namespace) -> None:
     error naming it."""
     shape = _shape_read_past(args)
     for item in args.overrides:
-        key = parse_assignment(item)[0]
+        key, value = parse_assignment(item)
         why = next((text for prefix, text in shape.items() if key == prefix or key.startswith(prefix + ".")), None)
         if why is not None:
             raise RlsimError(f"{key} is read past: {why}", source="--set", field=key,
                              fix=f"drop --set {key}" + (", or drop the flag that gives the shape"
                                                         if args.stage == "train" else
                                                         " and give planner.rollout.sequences / prompt_len / response_len"))
-        read = plans_the_scenarios_step(args) and any(key == p or key.startswith(p + ".") for p in _PLAN_READS)
+        # schedule=KIND is the kind named alone (its pools read as schedule.kind's), as --schedule KIND is
+        read = plans_the_scenarios_step(args) and (any(key == p or key.startswith(p + ".") for p in _PLAN_READS)
+                                                   or (key == "schedule" and isinstance(value, str)))
         if not read and any(key == prefix or key.startswith(prefix + ".") for prefix in _RUN_ONLY):
+            whole = key == "schedule" and plans_the_scenarios_step(args)   # a section, of which plan reads some keys
             raise RlsimError(f"{key} is read by a simulated run (rlsim run / compare / sweep); plan prices each "
                              "layout's step analytically and does not read it", source="--set", field=key,
-                             fix=f"drop --set {key}, or simulate the chosen layout with rlsim run")
+                             fix="give the kind alone (--set schedule=KIND) and the keys plan reads as --set "
+                                 "schedule.KEY=VALUE" if whole else
+                             f"drop --set {key}, or simulate the chosen layout with rlsim run")
         side = next((s for s in _SEARCHED if key == f"workload.{s}" or key.startswith(f"workload.{s}.")), None)
         # a training plan of the scenario's step reads its rollout layout (a resident engine's HBM
         # share), and a user makes it one the run can take (it was refused as searched; a planner audit)
@@ -273,6 +278,7 @@ def _plan(args: argparse.Namespace) -> int:
     for note in (shape_note(args), rollout_note(args, topology)):
         if note:
             print(note, file=sys.stderr)
+    _say_schedule_left_out(args)
     balanced = balanced_plan(args, model, topology) if args.balance else None
     if args.json:
         refused = {"candidates_refused": plan.refused} if isinstance(plan, _NoEvenSplit) else {}
@@ -292,6 +298,14 @@ def _plan(args: argparse.Namespace) -> int:
               f"({rows[0]['tokens_per_s']:,.0f} with the layout ranked #1): the {args.stage} stage alone; "
               "for the whole RL step use rlsim sweep --target-tokens-per-s")
     return 0
+
+
+def _say_schedule_left_out(args: argparse.Namespace) -> None:
+    """--set schedule=KIND keeps the knobs of the scenario's schedule section that KIND takes (as
+    `rlsim run --schedule KIND`); the ones left out are said on stderr, as sweep and sensitivity say them."""
+    from ..scenario import kind_set_alone, load_scenario
+    if kind_set_alone(args.overrides)[0] is not None:
+        common.say_schedule_left_out(load_scenario(args.scenario, overrides=scenario_overrides(args)))
 
 
 def shape_note(args: argparse.Namespace) -> str | None:

@@ -90,12 +90,12 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
 
 
 def _say_schedule_left_out(scenario: Any, keywords: dict[str, Any]) -> None:
-    """--schedule KIND keeps the knobs of the scenario's schedule section that KIND takes; the others,
-    left out of every run, are said on stderr (the ranking shows no run's notes)."""
+    """--schedule KIND (or --set schedule=KIND) keeps the knobs of the scenario's schedule section that
+    KIND takes; the others, left out of every run, are said on stderr (the ranking shows no run's notes)."""
     from ..errors import RlsimError
-    from ..scenario import load_scenario
+    from ..scenario import kind_set_alone, load_scenario
     from .common import say_schedule_left_out
-    if keywords.get("schedule") is None:
+    if keywords.get("schedule") is None and kind_set_alone(keywords.get("overrides") or ())[0] is None:
         return
     try:
         base = load_scenario(scenario, **keywords)
