@@ -1328,6 +1328,23 @@ def _sections_first(items: Sequence[str]) -> list[str]:
     return sorted(items, key=depth)
 
 
+def _blamed_on_grid_kind(exc: RlsimError, values: Mapping[str, Any]) -> RlsimError:
+    """An error of a schedule field in a point whose grid value names the kind alone (schedule=KIND,
+    load_scenario's keyword, so no override simulate could blame) is the grid value's, as a grid key's
+    error is its value's (errors.blamed_on_set): it named the scenario file, which runs its own kind.
+    A --set item's error (a knob that kind does not take) stays the item's."""
+    from .errors import blamed_on_set
+    kind = values.get("schedule")
+    if not isinstance(kind, str) or str(exc.source or "").startswith("--set "):
+        return exc
+    item = f"schedule={json.dumps(kind)}"
+    blamed = blamed_on_set(exc, [item], "--grid")
+    if blamed is exc:
+        return exc
+    drop = f"drop {json.dumps(kind)} from --grid schedule=..."
+    return blamed.reworded(blamed.message, f"{exc.fix}; or {drop}" if exc.fix else drop)
+
+
 def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, Any]:
     """The real point function: simulate the base scenario with the point's values set."""
     from .api import simulate
@@ -1336,6 +1353,7 @@ def simulate_point(base: BaseScenario, values: Mapping[str, Any]) -> dict[str, A
     try:
         result = simulate(base.spec, keep_samples=False, **base.keywords(values))   # a point keeps its summary only
     except RlsimError as exc:   # simulate names the override that gave the value: a grid value is --grid's
+        exc = _blamed_on_grid_kind(exc, values)
         text, items = str(exc.source or ""), grid_overrides(values)
         grid = next((item for item in items if text.startswith(f"--set {item}")), None)
         if grid:

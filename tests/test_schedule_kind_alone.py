@@ -246,3 +246,24 @@ def test_the_cli_takes_set_schedule_as_schedule(scenario_file, capsys):
         err = capsys.readouterr().err
         assert "field 'schedule'" in err and "--schedules" in err
 
+
+# AReaL (ahead of its trainer: the actor's state kept beside the reference's) does not fit this step
+# on one H100 node where stalesync does: its refusal names schedule.forward_micro_batch
+STALESYNC = SCENARIO.split("schedule:")[0] + "schedule: {kind: stalesync, staleness: 0}\n"
+
+
+def test_a_sweep_row_of_a_kind_alone_blames_the_grid_value(tmp_path):
+    """A point's error at a schedule field under a grid value schedule=KIND named the scenario file
+    (which runs its own kind) where a grid key's error names its value: it names --grid schedule="KIND"
+    over the file, with the value to drop."""
+    path = tmp_path / "s.yaml"
+    path.write_text(STALESYNC)
+    with pytest.raises(RlsimError) as info:
+        simulate_point(BaseScenario(spec=str(path), iterations=1), {"schedule": "areal"})
+    assert info.value.source == f'--grid schedule="areal" (over {path})'
+    assert info.value.field == "schedule.forward_micro_batch"
+    assert info.value.fix.endswith('; or drop "areal" from --grid schedule=...')
+    # a --set knob's error stays the --set item's
+    with pytest.raises(RlsimError) as info:
+        simulate_point(BaseScenario(spec=str(path), overrides=("schedule.staleness=1",)), {"schedule": "colocated"})
+    assert info.value.source.startswith("--set schedule.staleness=1")
