@@ -172,6 +172,9 @@ def _main(argv: list[str] | None) -> int:
             return 0
         _preload(getattr(sys.modules[args.handler.__module__], "PRELOAD", ()), first)
     try:
+        # imported after the parse: --help loads none of it
+        from .overrides import refuse_a_key_given_twice
+        refuse_a_key_given_twice(getattr(args, "overrides", None) or [])
         code = int(args.handler(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handling below, not at exit
         return code

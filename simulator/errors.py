@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -82,7 +83,8 @@ def set_item_for(fields: list[str], items: list[str]) -> str | None:
     """The ``--set KEY=VALUE`` item that gave the fields at fault (None: a file gave one of them): a
     field is the item's where it is the item's key, lies under it (the key set a whole section) or
     above it (the key added an unknown sub-key)."""
-    keys = [(str(item).split("=", 1)[0].strip(), str(item)) for item in items]
+    # a list item as errors name it (failures[0].at_s is failures.0.at_s: overrides.parse_assignment)
+    keys = [(re.sub(r"\[(\d+)\]", r".\1", str(item).split("=", 1)[0].strip()), str(item)) for item in items]
     found = []
     for name in fields:
         hit = [item for key, item in keys

@@ -68,6 +68,10 @@ def set_dotted(mapping: dict[str, Any], key: str, value: Any) -> None:
                                  field=key, fix="set the item itself")
             continue
         child = node.get(part)
+        if child is None and parts[i + 1].isdigit():   # an item of a list not given: made {'0': ...}, refused
+            where = ".".join(parts[:i + 1])            # as 'a valid list' and blamed on the scenario file
+            raise RlsimError(f"cannot set {key!r}: {where!r} is not given, so it has no item {parts[i + 1]}",
+                             source="--set", field=key, fix=f"set the whole list ({where}=[...])")
         if child is None:
             child = {}
         elif child == "auto":   # a layout the planner chooses: no keys of its own to set
@@ -101,6 +105,19 @@ def _position(items: list, parts: list[str], i: int, key: str) -> int:
         raise RlsimError(f"cannot set {key!r}: {where!r} has {len(items)} item(s), none at position {position}",
                          source="--set", field=key, fix=f"set the whole list ({where}=[...]) to add items")
     return position
+
+
+def refuse_a_key_given_twice(items: Iterable[str], flag: str = "--set") -> None:
+    """A command line's ``flag`` items that give one key twice: the last won without a word
+    (`--set topology.nodes=1 --set topology.nodes=2` ran 2 nodes, `--set schedule=async --set
+    schedule=stalesync` stalesync), so the first was read past; an error naming the key."""
+    first: dict[str, str] = {}
+    for item in items:
+        key = parse_assignment(item)[0]
+        if key in first:
+            raise RlsimError(f"{flag} {key} is given twice ({first[key]}, then {item}): only the last would apply",
+                             source=flag, field=key, fix=f"give {flag} {key}=... once")
+        first[key] = str(item)
 
 
 def apply_overrides(mapping: dict[str, Any], items: Iterable[str]) -> dict[str, Any]:

@@ -152,3 +152,22 @@ def test_a_list_item_is_set_by_its_position_as_errors_name_it():
         apply_overrides(base, ["schedule.failures.2.at_s=5"])
     with pytest.raises(RlsimError, match="is a list"):
         apply_overrides(base, ["schedule.failures.at_s=5"])
+
+
+def test_an_item_of_a_list_not_given_is_refused_naming_the_list():
+    """`--set schedule.failures[0].at_s=1` on a scenario with no failures made {'0': {'at_s': 1}},
+    refused as 'Input should be a valid list' and blamed on the scenario file (a --set fuzz)."""
+    with pytest.raises(RlsimError, match="'schedule.failures' is not given, so it has no item 0") as info:
+        apply_overrides({"schedule": {"kind": "colocated"}}, ["schedule.failures[0].at_s=1"])
+    assert info.value.field == "schedule.failures.0.at_s" and info.value.fix == "set the whole list (schedule.failures=[...])"
+
+
+def test_a_key_given_twice_is_refused():
+    """The last of two items of one key won without a word (a --set fuzz): the first was read past."""
+    from simulator.overrides import refuse_a_key_given_twice
+    refuse_a_key_given_twice(["topology.nodes=1", "topology.supernodes=1", "schedule=async", "schedule.staleness=2"])
+    for items in (["topology.nodes=1", "topology.nodes=2"], ["schedule=async", "schedule=stalesync"],
+                  ["iterations=2", "iterations=2"], ["schedule.failures[0].at_s=1", "schedule.failures.0.at_s=2"]):
+        with pytest.raises(RlsimError, match="is given twice") as info:
+            refuse_a_key_given_twice(items)
+        assert info.value.field == parse_assignment(items[0])[0] and "once" in info.value.fix

@@ -64,7 +64,8 @@ class LengthDistribution:
                              fix="use lognormal or empirical")
         if self.dist == "lognormal":
             if not self.median > 0:
-                raise RlsimError(f"median must be > 0, got {self.median}", source=src, field=self._field("median"))
+                raise RlsimError(f"median must be > 0, got {self.median}", source=src, field=self._field("median"),
+                                 fix="give the median length in tokens, e.g. median: 2048")
             if not self.sigma >= 0:
                 raise RlsimError(f"sigma must be >= 0, got {self.sigma}", source=src, field=self._field("sigma"),
                                  fix="give the spread of log-length, e.g. sigma: 1.0 (p99 ~10x the median)")
@@ -76,7 +77,8 @@ class LengthDistribution:
             raise RlsimError("an empirical distribution needs lengths", source=src, field=self._field("file"),
                              fix="give a CSV or JSON file of lengths")
         if self.min < 1:
-            raise RlsimError(f"min must be >= 1, got {self.min}", source=src, field=self._field("min"))
+            raise RlsimError(f"min must be >= 1, got {self.min}", source=src, field=self._field("min"),
+                             fix="give the shortest length in tokens, at least 1 (min: 1 is the default)")
         for name in ("median", "max", "min"):
             value = getattr(self, name)
             if value is not None and value > MAX_TOKENS:
@@ -87,10 +89,13 @@ class LengthDistribution:
                              fix="give max >= min (the cap and the floor of the lengths)")
         if not 0.0 <= self.group_correlation < 1.0:
             raise RlsimError(f"group_correlation must be in [0, 1), got {self.group_correlation}",
-                             source=src, field=self._field("group_correlation"))
+                             source=src, field=self._field("group_correlation"),
+                             fix="give the share of a length's log-variance shared by a prompt's samples, e.g. 0.5 "
+                                 "(0: independent samples)")
         if not self.drift_per_step > -1.0:
             raise RlsimError(f"drift_per_step must be > -1, got {self.drift_per_step}", source=src,
-                             field=self._field("drift_per_step"))
+                             field=self._field("drift_per_step"),
+                             fix="give the median's relative growth a step above -1, e.g. 0.01 (0: no drift)")
 
     # ---- construction -----------------------------------------------------------------------
     @classmethod

@@ -123,3 +123,21 @@ def test_a_failed_sweep_points_error_is_printed_whole_under_its_table(capsys):
     assert code == 0
     line = next(line for line in out.splitlines() if line.startswith("error (topology.preset=cloudmatrix384"))
     assert line.endswith("(fix: use a multiple of nodes_per_domain=48)")
+
+
+
+@pytest.mark.parametrize("command", [["run", "--iterations", "1"], ["compare", "--iterations", "1"],
+                                     ["sweep", "--grid", "seed=0", "--iterations", "1"], ["plan"]])
+@pytest.mark.parametrize("items, field, words", [
+    (["topology.nodes=1", "topology.nodes=2"], "topology.nodes", "is given twice"),
+    (["schedule.failures[0].at_s=1"], "schedule.failures.0.at_s", "is not given, so it has no item 0"),
+    (["workload.response_length.median=-1"], "workload.response_length.median", "median must be > 0"),
+])
+def test_odd_set_items_exit_2_naming_the_field_and_the_fix(capsys, tmp_path, command, items, field, words):
+    """A --set fuzz of run / compare / sweep / plan: a key set twice ran the last (exit 0), an item of a
+    list not given was blamed on the scenario, a negative median gave no fix."""
+    path = tmp_path / "s.yaml"
+    path.write_text("topology: {preset: dgx-h100, nodes: 1}\nworkload: grpo-qwen2.5-7b\n")
+    code, _, err = _run(capsys, command[0], str(path), *command[1:], *(arg for item in items for arg in ("--set", item)))
+    assert code == 2 and "Traceback" not in err
+    assert f"field '{field}'" in err and words in err and "(fix: " in err
