@@ -545,6 +545,8 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
                 .model_copy(update={"source": base.source}) for kind in kinds}
     check_no_single_kind({"overrides": keywords.get("overrides")})
     data, source = scenario_data(scenario, **keywords)
+    if not isinstance(data.get("schedule") or {}, Mapping):   # --set schedule=true: the schema's error names
+        validate_scenario(data, source)                       # it (the kinds' sections raised a TypeError)
     per_kind, unused = compared_schedules(data.get("schedule") or {}, kinds)
     if unused:   # a knob given here that no compared kind takes is named as such first (the scenario's
         # own kind may be none of the compared ones, so its error would send the user to schedule.kind)

@@ -195,3 +195,12 @@ def test_the_console_prints_every_note_the_summary_carries(capsys):
     row = next(line for line in table.splitlines() if "stage: generate" in line)
     shown = float(row.split("│")[2].split()[0].replace(",", ""))
     assert "(per step, whole run)" in row and shown == pytest.approx(generate, rel=0.01)
+
+
+@pytest.mark.parametrize("value", ["true", "[1, 2]", "-1", ".nan"])
+def test_a_schedule_that_is_no_mapping_is_refused_naming_it(value):
+    """compare of a scenario whose schedule is neither a mapping nor a kind (`--set schedule=true`)
+    raised a TypeError from the compared kinds' sections (a --set fuzz); the schema's error names it."""
+    with pytest.raises(RlsimError) as info:
+        simulator.compare(None, ["colocated", "stalesync"], overrides=[f"schedule={value}"], iterations=1)
+    assert info.value.field == "schedule" and "valid dictionary" in info.value.message
