@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from .engine_software import stage_forced_notes
-from .errors import RlsimError, blamed_on_set, raised_from
+from .errors import ReadPastError, RlsimError, blamed_on_set, raised_from
 from .hardware.topology import load_topology
 from .json_text import json_text
 from .llm.lengths import LengthDistribution, cap_notes
@@ -584,7 +584,7 @@ def _with_own_timers(validate: Callable[[dict[str, Any]], Scenario], data: Mappi
     """validate, the framework timer names left out where the kind has not their phases (_for_kind)."""
     try:
         return validate({**data, "schedule": dict(schedule)})
-    except RlsimError as exc:
+    except ReadPastError as exc:   # timers the kind has not the phases of (a value they may not take: its error)
         output = data.get("output")
         if exc.field != "output.timers" or not isinstance(output, Mapping) or "timers" not in output:
             raise

@@ -2260,7 +2260,7 @@ def _without_foreign_timers(data: dict[str, Any], source: str, dropped: list[tup
     its kinds (api._with_own_timers)."""
     try:
         return _validate_as_given(dict(data), source)
-    except RlsimError as exc:
+    except ReadPastError as exc:   # timers the kind has not the phases of (a value they may not take: its error)
         output = data.get("output")
         if exc.field != "output.timers" or not isinstance(output, Mapping) or "timers" not in output:
             raise

@@ -204,3 +204,13 @@ def test_a_schedule_that_is_no_mapping_is_refused_naming_it(value):
     with pytest.raises(RlsimError) as info:
         simulator.compare(None, ["colocated", "stalesync"], overrides=[f"schedule={value}"], iterations=1)
     assert info.value.field == "schedule" and "valid dictionary" in info.value.message
+
+
+def test_timers_no_framework_names_are_refused_not_left_out():
+    """compare left out an output.timers its kinds refused whatever the refusal: a value that names no
+    framework (--set output.timers=nope) ran as if not given, exit 0 (a --set fuzz); run refuses it.
+    A framework's timers a kind has not the phases of are still left out of that kind."""
+    with pytest.raises(RlsimError) as info:
+        simulator.compare(None, ["colocated", "stalesync"], overrides=["output.timers=nope"], iterations=1,
+                          costs=FakeCosts())
+    assert info.value.field == "output.timers" and "'nope'" in info.value.message
