@@ -394,7 +394,7 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
     topology = load_topology(inp["topology"], topo_over or None, max_devices=inp["max_devices"],
                              spec_source=inp["topology_source"])
     # the model as the workload trains it (LoRA adapters beside its frozen base, workload.lora)
-    base = load_model(inp["model"])
+    base = load_model(inp["model"], field="--model" if args.model else "workload.model")   # named as given
     model = with_lora(base, inp["workload"].lora, inp["scenario"].source)
     planner_keys = _planner_keys(args, inp["scenario"])
     settings = planner_settings(planner_keys, source=inp["scenario"].source or "--set planner")

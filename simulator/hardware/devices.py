@@ -342,7 +342,9 @@ def device_from_mapping(value: str | Mapping[str, Any], source: str | None = Non
         except RlsimError as exc:
             raise RlsimError(f"unknown device {value!r}", source=source, field=field_name, fix=exc.fix) from None
     if not isinstance(value, Mapping):
-        raise RlsimError(f"expected a device name or mapping, got {value!r}", source=source, field=field_name)
+        raise RlsimError(f"expected a device name or mapping, got {value!r}", source=source, field=field_name,
+                         fix="name a catalog device (e.g. h100), or give a mapping such as {name: h100, "
+                             "hbm_bytes: 80GB}")
     data = dict(value)
     base = data.pop("base", None)
     if base is not None and str(base).lower() not in _CATALOG:   # a name may be new; a base is the catalog's

@@ -769,7 +769,9 @@ class _Reader:
 
     def __init__(self, mapping: Mapping[str, Any], source: str, prefix: str = "") -> None:
         if not isinstance(mapping, Mapping):
-            raise RlsimError(f"expected a mapping, got {mapping!r}", source=source, field=prefix or None)
+            raise RlsimError(f"expected a mapping, got {mapping!r}", source=source, field=prefix or None,
+                             fix=f"give {prefix or 'it'} as a mapping of its keys (see docs/scenario-reference.md), "
+                                 f"or leave it out for its defaults")
         self.m, self.source, self.prefix = mapping, source, prefix
 
     def where(self, key: str) -> str:

@@ -132,6 +132,9 @@ def test_a_failed_sweep_points_error_is_printed_whole_under_its_table(capsys):
     (["topology.nodes=1", "topology.nodes=2"], "topology.nodes", "is given twice"),
     (["schedule.failures[0].at_s=1"], "schedule.failures.0.at_s", "is not given, so it has no item 0"),
     (["workload.response_length.median=-1"], "workload.response_length.median", "median must be > 0"),
+    (["topology.scaleout=2"], "topology.scaleout", "expected a mapping"),
+    (["topology.device=2"], "topology.device", "expected a device name or mapping"),
+    (["workload.model=nope"], "workload.model", "unknown model 'nope'"),   # plan named it 'model'
 ])
 def test_odd_set_items_exit_2_naming_the_field_and_the_fix(capsys, tmp_path, command, items, field, words):
     """A --set fuzz of run / compare / sweep / plan: a key set twice ran the last (exit 0), an item of a
