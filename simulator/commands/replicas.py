@@ -52,6 +52,8 @@ def run_replicated(args: argparse.Namespace, keywords: dict[str, Any]) -> int | 
         from ..report.console import print_summary
         print_summary(doc, out_dir=args.out, wrote="scenario.yaml; summary.json: medians and intervals; replicas.csv: one row a replica")
         print_intervals(doc)
+        if doc["seeds"] > 1:
+            print(MEDIANS_APART)
     return 0
 
 
@@ -79,9 +81,17 @@ def compare_replicated(args: argparse.Namespace, kinds: list[str], keywords: dic
         print_comparison(docs)
         for doc in docs:
             print_intervals(doc, title=f"{doc['schedule']}: ")
+        if docs and docs[0]["seeds"] > 1:
+            print(MEDIANS_APART)
         for doc in docs[1:]:
             print(doc["vs_baseline"]["verdict"])
     return 0
+
+
+# The median summary takes each figure's median on its own: a bubble cause's or a stage's median need not
+# sum with the others' to the total's (the median of a sum is not the sum of the medians).
+MEDIANS_APART = ("each figure in the table is its own median over the seeds: the bubble causes and stages need "
+                 "not sum to the totals")
 
 
 def print_intervals(doc: dict[str, Any], title: str = "") -> None:

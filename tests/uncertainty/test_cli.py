@@ -170,3 +170,16 @@ def test_plan_intervals_say_their_coverage_and_one_draw_says_it_has_none(tmp_pat
                                  "--set", "workload.samples_per_prompt=2", "--set", "workload.mini_batch_prompts=4")
     assert code == 0, err
     assert "one seed (one draw of the distribution values" in out and "0% interval" not in out
+
+
+def test_replicated_tables_say_their_figures_are_medians_apart(capsys):
+    """A replicated table prints each figure's own median: the bubble causes' medians need not sum to
+    the total's, which the text now says once (run and compare), and a single seed does not."""
+    from simulator.commands.replicas import MEDIANS_APART
+    for args in (("run", *SMALL, "--seeds", "3"), ("compare", *SMALL, "--schedules", "colocated,async", "--seeds", "3")):
+        code, out, err = main_output(capsys, *args)
+        assert code == 0, err
+        assert out.count(MEDIANS_APART) == 1
+    code, out, err = main_output(capsys, "run", *SMALL)
+    assert code == 0, err
+    assert MEDIANS_APART not in out
