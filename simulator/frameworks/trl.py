@@ -74,7 +74,14 @@ COLOCATED_STEP_TOKENS = 4096   # vllm_generation.py: LLM(max_num_batched_tokens=
 # TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING), taken when lora_target_modules is unset.
 PEFT_DEFAULT_TARGETS = ["q_proj", "v_proj"]
 DISTRIBUTED_TYPES = ("DEEPSPEED", "FSDP", "MULTI_GPU", "NO")
+# FSDP1's sharding strategies by name or ShardingStrategy value (accelerate 1.16.0 utils/constants.py
+# FSDP_SHARDING_STRATEGY, 1-based; HYBRID_SHARD(_ZERO2) 4-5 not modelled) -> the ZeRO stage.
 FSDP1_STAGES = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0, 1: 3, 2: 2, 3: 0}
+# FSDP2's reshard_after_forward, a bool read through str() by accelerate 1.16.0 (utils/launch.py
+# prepare_*_env: FSDP_RESHARD_AFTER_FORWARD, then utils/environment.py str_to_bool's words).
+FSDP2_RESHARD_WORDS = {**dict.fromkeys(("y", "yes", "t", "true", "on", "1"), True),
+                       **dict.fromkeys(("n", "no", "f", "false", "off", "0"), False)}
+_FSDP = "accelerate.fsdp_config."
 
 
 def import_trl(path: str | Path, overrides: Iterable[str] = (), *, topology: str | None = None,
@@ -234,6 +241,7 @@ def _workload(v: Values, processes: int, server: bool, model_given: bool, rloo: 
     _lora(v, w, decided)
     # every row as wide as the generation batch's longest (compute.pad_rows_to: batch): _attention
     w["train_params"] = {"compute": {**_fused_head(v), "pad_rows_to": "batch", **_attention(v, decided)}}
+    _fsdp_reshard(v, w, decided)
     offload = _offload(v, w["train_layout"]["zero"])
     if offload:
         w["train_params"]["offload"] = offload
@@ -384,21 +392,57 @@ def _deepspeed_stage(v: Values) -> int:
     return int(stage)
 
 
+def _fsdp_version(v: Values) -> int:
+    version = v(_FSDP + "fsdp_version")
+    version = 1 if version is None else version   # accelerate 1.16.0's FullyShardedDataParallelPlugin default
+    if isinstance(version, bool) or version not in (1, 2):
+        raise RlsimError(f"FSDP version {version!r} is not one accelerate runs", source=v.result.source,
+                         field=_FSDP + "fsdp_version", fix="give 1 or 2")
+    return int(version)
+
+
 def _fsdp_stage(v: Values) -> int:
-    """FSDP2: reshard_after_forward true shards the parameters (ZeRO-3), false keeps them gathered
-    between forward and backward (ZeRO-2); FSDP1 by its sharding strategy."""
-    key = "accelerate.fsdp_config.fsdp_reshard_after_forward"
-    if (v("accelerate.fsdp_config.fsdp_version") or 1) == 2:
-        value = v(key)
-        return 3 if value is None or value is True else 2
-    strategy = v("accelerate.fsdp_config.fsdp_sharding_strategy")
-    strategy = v(key) if strategy is None else strategy
+    """FSDP2 shards every layer's state (ZeRO-3) whatever its reshard_after_forward (_fsdp_reshard);
+    FSDP1 by its sharding strategy alone (accelerate 1.16.0: `accelerate launch` always sets
+    FSDP_SHARDING_STRATEGY, FULL_SHARD unless the config gives one, and Accelerator.prepare_model takes
+    it before reshard_after_forward), as accelerate reads it: a name in any case or its 1-based value."""
+    if _fsdp_version(v) == 2:
+        return 3
+    key = _FSDP + "fsdp_sharding_strategy"
+    strategy = v(key)
     strategy = "FULL_SHARD" if strategy is None else strategy
-    if isinstance(strategy, (list, dict)) or isinstance(strategy, bool) or strategy not in FSDP1_STAGES:
+    if isinstance(strategy, str):
+        strategy = int(strategy) if strategy.isdigit() else strategy.upper()
+    if isinstance(strategy, bool) or not isinstance(strategy, (str, int)) or strategy not in FSDP1_STAGES:
         raise RlsimError(f"FSDP sharding {strategy!r} is not modelled (hybrid sharding replicates across nodes)",
-                         source=v.result.source, field="accelerate.fsdp_config.fsdp_sharding_strategy",
-                         fix="use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD")
+                         source=v.result.source, field=key, fix="use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD")
     return FSDP1_STAGES[strategy]
+
+
+def _fsdp_reshard(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """FSDP2's reshard_after_forward (accelerate 1.16.0 utils/fsdp_utils.py fsdp2_prepare_model: fully_shard's
+    kwarg): false keeps each layer whole from its forward through its backward, still ZeRO-3 (workload
+    .train_params.memory.zero3_reshard_after_forward false, as verl's fsdp2 and SkyRL's imports map it).
+    FSDP1 reads its sharding strategy instead, FSDP2 not that strategy (_fsdp_stage)."""
+    if v("accelerate.distributed_type") != "FSDP":
+        return
+    key, strategy = _FSDP + "fsdp_reshard_after_forward", _FSDP + "fsdp_sharding_strategy"
+    if _fsdp_version(v) == 1:
+        if v.given(key):
+            decided[key] = ("ignored", "FSDP1 shards by fsdp_sharding_strategy, which `accelerate launch` always "
+                                       "sets (FULL_SHARD unless given) and the Accelerator reads first: give "
+                                       "fsdp_sharding_strategy (SHARD_GRAD_OP for ZeRO-2)")
+        return
+    if v.given(strategy):
+        decided[strategy] = ("ignored", "FSDP2 reads fsdp_reshard_after_forward (a bool), not FSDP1's strategy")
+    value = v(key)
+    reshard = value if value is None or isinstance(value, bool) else FSDP2_RESHARD_WORDS.get(str(value).lower())
+    if reshard is None and value is not None:
+        raise RlsimError(f"FSDP2 takes true or false here, got {value!r}", source=v.result.source, field=key,
+                         fix=f"pass {key}=true or false, or {_FSDP}fsdp_version=1 for FSDP1's sharding strategies "
+                             "(as fsdp_sharding_strategy)")
+    if reshard is False:
+        merge_train_params(w, {"memory": {"zero3_reshard_after_forward": False}})
 
 
 def _offload(v: Values, zero: int) -> dict[str, Any]:
@@ -413,7 +457,7 @@ def _offload(v: Values, zero: int) -> dict[str, Any]:
         if zero != 3:
             raise RlsimError("FSDP's CPU offload is modelled on fully sharded parameters only", source=src,
                              field="accelerate.fsdp_config.fsdp_offload_params",
-                             fix="use FULL_SHARD (fsdp_reshard_after_forward true), or no offload")
+                             fix="use fsdp_sharding_strategy FULL_SHARD (or fsdp_version 2), or no offload")
         return {"fsdp_cpu_offload": True}
     for key, device in ((d + "offload_optimizer_device", optimizer), (d + "offload_param_device", params)):
         if device not in ("none", "cpu"):

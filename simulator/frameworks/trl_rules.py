@@ -220,8 +220,8 @@ _LAUNCHER: dict[str, Rule] = {
 
 _A = "accelerate"
 _ACCELERATE: dict[str, Rule] = {
-    f"{_A}.distributed_type": mapped("workload.train_layout.zero", "DEEPSPEED: its stage; FSDP: 3 (FULL_SHARD) or 2; "
-                                                                   "MULTI_GPU: 0 (DDP)"),
+    f"{_A}.distributed_type": mapped("workload.train_layout.zero", "DEEPSPEED: its stage; FSDP2: 3; FSDP1: its "
+                                                                   "sharding strategy's; MULTI_GPU: 0 (DDP)"),
     f"{_A}.num_processes": mapped("topology.nodes", "training processes (num_processes overrides it)"),
     f"{_A}.num_machines": mapped("topology.nodes", "(num_machines overrides it)"),
     f"{_A}.mixed_precision": ignored("the Trainer's bf16 / fp16 flags set the mixed precision"),
@@ -239,9 +239,12 @@ _ACCELERATE: dict[str, Rule] = {
                                                                 "offload as accelerate.deepspeed_config keys",
                                                                 neutral=None),
     f"{_A}.fsdp_config.fsdp_version": mapped("workload.train_layout.zero", "FSDP1 or FSDP2"),
-    f"{_A}.fsdp_config.fsdp_sharding_strategy": mapped("workload.train_layout.zero", "FULL_SHARD 3, SHARD_GRAD_OP 2, "
-                                                                                     "NO_SHARD 0"),
-    f"{_A}.fsdp_config.fsdp_reshard_after_forward": mapped("workload.train_layout.zero", "true / FULL_SHARD: 3"),
+    f"{_A}.fsdp_config.fsdp_sharding_strategy": mapped("workload.train_layout.zero", "FSDP1: FULL_SHARD 3, "
+                                                                                     "SHARD_GRAD_OP 2, NO_SHARD 0 "
+                                                                                     "(FSDP2 does not read it)"),
+    f"{_A}.fsdp_config.fsdp_reshard_after_forward": mapped(
+        "workload.train_params.memory.zero3_reshard_after_forward", "FSDP2 (fully_shard's): ZeRO-3, false keeps "
+        "each layer whole from its forward through its backward; FSDP1 does not read it (fsdp_sharding_strategy)"),
     f"{_A}.fsdp_config.fsdp_offload_params": mapped("workload.train_params.offload.fsdp_cpu_offload"),
     f"{_A}.fsdp_config.fsdp_activation_checkpointing": mapped("workload.train_layout.recompute", "full"),
     f"{_A}.fsdp_config.fsdp_auto_wrap_policy": unsupported("rlsim shards and gathers layer by layer (a transformer "

@@ -141,14 +141,59 @@ def test_the_old_log_prob_pass_follows_trls_rule():
     ("zero1", [], 1, {}),
     ("multi_gpu", [], 0, {}),
     ("fsdp2", [], 3, {"refit_gather_bytes_per_param": 4.0}),
-    ("fsdp2", ["+accelerate.fsdp_config.fsdp_reshard_after_forward=false"], 2, {}),
-    ("fsdp1", ["+accelerate.fsdp_config.fsdp_reshard_after_forward=SHARD_GRAD_OP"], 2, {}),
+    ("fsdp1", ["+accelerate.fsdp_config.fsdp_sharding_strategy=SHARD_GRAD_OP"], 2, {}),
+    ("fsdp1", ["+accelerate.fsdp_config.fsdp_sharding_strategy=shard_grad_op"], 2, {}),
+    ("fsdp1", ["+accelerate.fsdp_config.fsdp_sharding_strategy=NO_SHARD"], 0, {}),
+    ("fsdp1", ["+accelerate.fsdp_config.fsdp_sharding_strategy=2"], 2, {}),
 ])
 def test_the_accelerate_config_sets_the_backend(launcher, overrides, zero, extra):
     r = import_config("trl", COLOCATE, [f"accelerate_config={launcher}", *overrides])
     assert r.scenario["workload"]["train_layout"]["zero"] == zero
     assert all(r.scenario["schedule"].get(k) == value for k, value in extra.items())
     assert not r.unknown
+
+
+@pytest.mark.parametrize("value", ["false", "f", "0"])
+def test_fsdp2_reshard_after_forward_false_is_zero3_kept_gathered_to_the_backward(value):
+    """accelerate 1.16.0's FSDP2 (utils/fsdp_utils.py fsdp2_prepare_model: fully_shard(reshard_after_forward=
+    the plugin's bool, str_to_bool of the config's string)) shards every layer's state: ZeRO-3, each
+    layer kept whole from its forward through its backward (as verl's fsdp2 and SkyRL's imports map it)."""
+    r = import_config("trl", COLOCATE, ["accelerate_config=fsdp2",
+                                        f"+accelerate.fsdp_config.fsdp_reshard_after_forward={value}"])
+    w = r.scenario["workload"]
+    assert w["train_layout"]["zero"] == 3
+    assert w["train_params"]["memory"]["zero3_reshard_after_forward"] is False
+    assert not r.unknown
+    load_scenario(r.scenario)
+    kept = import_config("trl", COLOCATE, ["accelerate_config=fsdp2"]).scenario["workload"]
+    assert kept["train_layout"]["zero"] == 3 and "memory" not in kept["train_params"]
+
+
+def test_fsdp2_reshard_after_forward_refuses_a_sharding_strategy_name():
+    """accelerate 1.16.0's FSDP2 plugin reads the value as a bool (str_to_bool: 'invalid truth value
+    full_shard'); FULL_SHARD / SHARD_GRAD_OP are FSDP1's names."""
+    key = "accelerate.fsdp_config.fsdp_reshard_after_forward"
+    with pytest.raises(RlsimError, match="FSDP2 takes true or false") as info:
+        import_config("trl", COLOCATE, ["accelerate_config=fsdp2", f"+{key}=SHARD_GRAD_OP"])
+    assert info.value.field == key and "fsdp_version" in info.value.fix
+    with pytest.raises(RlsimError, match="1 or 2") as info:
+        import_config("trl", COLOCATE, ["accelerate_config=fsdp2", "accelerate.fsdp_config.fsdp_version=3"])
+    assert info.value.field == "accelerate.fsdp_config.fsdp_version"
+
+
+@pytest.mark.parametrize("value", ["SHARD_GRAD_OP", "NO_SHARD", "false"])
+def test_fsdp1_shards_by_its_sharding_strategy_not_reshard_after_forward(value):
+    """`accelerate launch` (1.16.0 commands/launch.py, utils/launch.py) always sets FSDP_SHARDING_STRATEGY
+    (FULL_SHARD, its argument's default, unless the config gives fsdp_sharding_strategy), and FSDP1's
+    Accelerator.prepare_model takes sharding_strategy before reshard_after_forward: the latter is read by
+    no one, so TRL's FSDP1 runs FULL_SHARD (ZeRO-3) whatever it says."""
+    key = "accelerate.fsdp_config.fsdp_reshard_after_forward"
+    r = import_config("trl", COLOCATE, ["accelerate_config=fsdp1", f"{key}={value}"])
+    assert r.scenario["workload"]["train_layout"]["zero"] == 3
+    assert "fsdp_sharding_strategy" in r.ignored[key]
+    fsdp2 = "accelerate.fsdp_config.fsdp_sharding_strategy"
+    r = import_config("trl", COLOCATE, ["accelerate_config=fsdp2", f"+{fsdp2}=SHARD_GRAD_OP"])
+    assert r.scenario["workload"]["train_layout"]["zero"] == 3 and "FSDP2" in r.ignored[fsdp2]
 
 
 def test_an_accelerate_config_file_and_its_offload(tmp_path):
