@@ -1643,6 +1643,16 @@ NEMO_RL_DTENSOR = _trainer_stack(HF_TRANSFORMERS, "nemo-rl-dtensor", "NeMo RL v0
 AREAL_FSDP = _trainer_stack(HF_TRANSFORMERS, "areal-fsdp", "areal 1.0.4 engine/fsdp_engine.py, "
                             "engine/fsdp_utils/parallel.py (mesh, TP plan, fully_shard)", zero=FSDP2_ZERO,
                             sequence_parallel=None, bounded=_ZERO_BOUNDED, lacking_fix=AREAL_FSDP_FIX)
+# AReaL 1.0.4's archon engine (experimental/engine/archon_engine.py) trains its own torchtitan-style model
+# code (experimental/models/archon/qwen2|qwen3/model/model.py), op for op transformers' (RMSNorm cast up to
+# fp32, pow, mean, rsqrt, cast down, weight; rotate_half RoPE; F.silu(w1(x)) * w3(x); eager unless
+# actor.archon.enable_compile): the hf-transformers constants. Its parallelism is torchtitan's: fully_shard
+# over dp x cp (FSDP2: ZeRO 3 only), a TP plan with SequenceParallel norms (infra/parallelize.py apply_tp),
+# Ulysses cp, pipeline stages (models/archon/pipeline_parallel.py, actor.backend archon:dXpY).
+AREAL_ARCHON = _trainer_stack(HF_TRANSFORMERS, "areal-archon", "areal 1.0.4 experimental/engine/archon_engine.py, "
+                              "experimental/models/archon (model code, infra/parallelize.py, pipeline_parallel.py)",
+                              zero=FSDP2_ZERO, sequence_parallel=None, pipeline_parallel=True, bounded=_ZERO_BOUNDED,
+                              lacking_fix=AREAL_FSDP_FIX)
 TRL_ACCELERATE = _trainer_stack(HF_TRANSFORMERS, "trl", _TRL_SOURCE, **_TRL)
 TRL_ACCELERATE_LIGER = _trainer_stack(HF_TRANSFORMERS_LIGER, "trl-liger", _TRL_SOURCE, **_TRL)
 
@@ -1784,7 +1794,7 @@ DEFAULT_TRAIN_SOFTWARE = MEGATRON_CORE.name
 TRAIN_SOFTWARE: dict[str, TrainSoftware] = {s.name: s for s in (MEGATRON_CORE, MEGATRON_CORE_OVERLAP, MEGATRON_2022,
                                                                  MEGATRON_2021, HF_TRANSFORMERS, HF_TRANSFORMERS_LIGER,
                                                                  VERL_FSDP, VERL_FSDP_LIGER, SKYRL_FSDP,
-                                                                 NEMO_RL_DTENSOR, AREAL_FSDP,
+                                                                 NEMO_RL_DTENSOR, AREAL_FSDP, AREAL_ARCHON,
                                                                  TRL_ACCELERATE, TRL_ACCELERATE_LIGER)}
 
 

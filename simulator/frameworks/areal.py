@@ -56,7 +56,8 @@ DEFAULTS: dict[str, Any] = {
     "actor.prox_logp_method": "recompute", "actor.gradient_checkpointing": False, "actor.dtype": "bfloat16",
     "actor.mb_spec.n_mbs": 1, "actor.mb_spec.max_tokens_per_mb": None, "actor.fsdp.offload_params": False,
     "actor.megatron.virtual_pipeline_parallel_size": 1, "actor.megatron.recompute_granularity": "full",
-    "actor.megatron.ddp.use_distributed_optimizer": True, "rollout.max_head_offpolicyness": 0,
+    "actor.megatron.ddp.use_distributed_optimizer": True, "actor.archon.ac_mode": "selective",
+    "actor.archon.offload_params": False, "rollout.max_head_offpolicyness": 0,
     "rollout.max_concurrent_rollouts": None, "rollout.consumer_batch_size": 1,
     "rollout.scheduling_strategy.type": "separation",
     "actor.scheduling_strategy.type": "separation", "cluster.n_gpus_per_node": 8,
@@ -137,9 +138,10 @@ RULES: dict[str, Rule] = {
                          "on step time"),
     "actor.path": mapped("workload.model", "Hugging Face id or folder -> model preset, or the folder's config.json"),
     "actor.backend": mapped("workload.train_layout", "fsdp / archon: ZeRO-3 over d x c with tp t, c Ulysses "
-                                                     "sequence parallelism (ulysses_sp); fsdp: train_software "
-                                                     "areal-fsdp (ZeRO 3 only, no pipeline); megatron: its "
-                                                     "d/t/p/c/e; d x t x p x c = the training GPUs"),
+                                                     "sequence parallelism (ulysses_sp); train_software areal-fsdp "
+                                                     "(ZeRO 3 only, no pipeline) / areal-archon (ZeRO 3 only, p "
+                                                     "pipeline stages); megatron: its d/t/p/c/e; d x t x p x c = the "
+                                                     "training GPUs"),
     "actor.scheduling_strategy.type": mapped("schedule.kind", "colocation (target rollout): colocated"),
     "actor.scheduling_strategy.*": ignored("process placement details: the GPUs are the backends'"),
     "actor.ppo_n_minibatches": mapped("workload.mini_batch_prompts", "train_dataset.batch_size / ppo_n_minibatches"),
@@ -165,6 +167,11 @@ RULES: dict[str, Rule] = {
     "actor.megatron.recompute_granularity": mapped("workload.train_layout.recompute", "with gradient_checkpointing"),
     "actor.megatron.ddp.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
     "actor.megatron.*": unsupported("Megatron option not modelled (overlaps, fusions, dtypes, checkpoint bridges)"),
+    "actor.archon.ac_mode": mapped("workload.train_layout.recompute", "with gradient_checkpointing: full full, none "
+                                                                      "none; selective (the default: torchtitan's "
+                                                                      "op-level SAC) and memory_budget unsupported, "
+                                                                      "priced as full"),
+    "actor.archon.offload_params": mapped("workload.train_params.offload.fsdp_cpu_offload", "FSDP2's CPUOffloadPolicy"),
     "actor.archon.*": unsupported("Archon (torchtitan) option not modelled"),
     "actor.use_lora": unsupported("LoRA training is not imported (--set workload.lora...)", neutral=False),
     **{f"actor.{k}": ignored(_LORA) for k in ("lora_rank", "lora_alpha", "target_modules", "peft_type")},
@@ -307,7 +314,7 @@ def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: s
                      f"the rollout runs on {rollout_engine} (rollout.backend): this engine's settings do not apply",
                      decided)
     for other in ("fsdp", "megatron", "archon"):
-        if other != train_engine and not (other == "fsdp" and train_engine == "archon"):
+        if other != train_engine:
             inactive_section(flat, f"actor.{other}", f"the actor trains with {train_engine} (actor.backend): "
                              "this engine's settings do not apply", decided)
     train_gpus = _world(train_dims, "attn")
@@ -454,8 +461,9 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     w["train_layout"] = without_inapplicable_layout_keys(
         _train_layout(v, train_engine, train_dims, prompts * n // minis, decided), w.get("model"),
         {"etp": "actor.backend"}, decided)
-    if train_engine == "fsdp":   # transformers' model code under FSDP2 (archon: torchtitan's, megatron: Megatron's):
-        w["train_software"] = hf_train_software(False, "areal-fsdp")   # ZeRO 3, TP, Ulysses: params.AREAL_FSDP
+    if train_engine != "megatron":   # transformers' model code (archon: torchtitan's, op for op the same) under
+        # FSDP2 (ZeRO 3), TP, Ulysses (archon: pipelines too): params.AREAL_FSDP, AREAL_ARCHON
+        w["train_software"] = hf_train_software(False, f"areal-{train_engine}")
         if w["train_layout"].get("tp", 1) == 1:   # with TP its vocab-parallel log-softmax: Megatron's count
             merge_train_params(w, {"compute": logprob_traffic(COMPILED_LOG_SOFTMAX_BYTES, False)})
     w["rollout_layout"] = _rollout_layout(v, rollout_engine, rollout_dims)
@@ -467,7 +475,7 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     _teacher(v, w)
     w["dtype"] = _dtype(v("actor.dtype"), "actor.dtype", src)
     _resident_state(v, w, train_engine, decided)
-    if v.flag("actor.fsdp.offload_params") and train_engine != "megatron":
+    if train_engine != "megatron" and v.flag(f"actor.{train_engine}.offload_params"):
         merge_train_params(w, {"offload": {"fsdp_cpu_offload": True}})
     return w
 
@@ -638,13 +646,14 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
         if not checkpointing and v.given("actor.megatron.recompute_granularity"):
             decided["actor.megatron.recompute_granularity"] = ("ignored", "used only with gradient_checkpointing")
     else:
-        layout.update(zero=3, recompute="full" if checkpointing else "none")
-        if engine == "fsdp" and attn["tp"] > 1:   # its TP plan shards the norms' sequence (SequenceParallel():
-            layout["sequence_parallel"] = True     # areal/engine/fsdp_utils/parallel.py, 1.0.4)
+        layout.update(zero=3, recompute=_archon_recompute(v, decided) if engine == "archon" and checkpointing
+                      else "full" if checkpointing else "none")
+        if engine == "archon" and not checkpointing and v.given("actor.archon.ac_mode"):
+            decided["actor.archon.ac_mode"] = ("ignored", "used only with gradient_checkpointing")
+        if attn["tp"] > 1:   # both TP plans shard the norms' sequence (SequenceParallel(): areal 1.0.4
+            layout["sequence_parallel"] = True   # engine/fsdp_utils/parallel.py, archon's infra/parallelize.py apply_tp)
         if attn["cp"] > 1:   # c is Ulysses there: fsdp_utils/parallel.py sp_size = cp_size, fsdp_engine.py
             layout["ulysses_sp"] = True   # patches attention with Ulysses; archon slices with archon/ulysses
-        if engine == "archon":
-            v.result.notes.append("Archon (torchtitan FSDP2): priced as FSDP, ZeRO-3 over the data x context ranks")
     tokens = v.whole("actor.mb_spec.max_tokens_per_mb")
     if tokens is not None:   # compute_logp splits the batch by the same spec
         layout["max_tokens_per_micro_batch"] = layout["logprob_max_tokens_per_micro_batch"] = tokens
@@ -658,6 +667,29 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
         per_rank = -(-mini_samples // attn["dp"])
         layout["micro_batch"] = -(-per_rank // v.whole("actor.mb_spec.n_mbs", 1))
     return layout
+
+
+# Archon's activation checkpointing (areal 1.0.4 experimental/engine/archon_utils.py build_ac_config, with
+# gradient_checkpointing) by actor.archon.ac_mode: full checkpoints whole blocks, none nothing; selective
+# (the default, selective_ac_option "op": infra/parallelize.py _get_op_sac_save_list keeps the matmuls' and
+# the attention's outputs, recomputes the element-wise ops) and memory_budget are rlsim's neither.
+ARCHON_AC_MODES = ("full", "none", "selective", "memory_budget")
+ARCHON_UNMODELLED_AC = ("torchtitan's op-level selective activation checkpointing (the matmuls' and attention's "
+                        "outputs kept, the element-wise ops recomputed) is not modelled: priced as full recompute")
+
+
+def _archon_recompute(v: Values, decided: dict[str, tuple[Status, str]]) -> str:
+    key = "actor.archon.ac_mode"
+    mode = _choice(v, key, ARCHON_AC_MODES)
+    if mode in ("full", "none"):
+        return mode
+    reason = ARCHON_UNMODELLED_AC if mode == "selective" else ("memory_budget (torch.compile's min-cut "
+                                                               "recompute) is not modelled: priced as full recompute")
+    if v.given(key):
+        decided[key] = ("unsupported", reason)
+    else:
+        v.result.notes.append(f"gradient_checkpointing on archon runs {key} selective (AReaL's default): {reason}")
+    return "full"
 
 
 def _rollout_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:

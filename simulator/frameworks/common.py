@@ -838,7 +838,7 @@ def hf_train_software(liger: bool, trainer: str = HF_TRAIN_SOFTWARE) -> str:
     """The stack of transformers' model code (Liger's kernels in it with ``liger``) as ``trainer``
     runs it: a trainer with a stack of its own, for the parallelism or the ZeRO stages it lacks
     (params.VERL_FSDP "verl-fsdp", SKYRL_FSDP "skyrl-fsdp", TRL_ACCELERATE "trl", NEMO_RL_DTENSOR
-    "nemo-rl-dtensor", AREAL_FSDP "areal-fsdp"), else the shared hf-transformers."""
+    "nemo-rl-dtensor", AREAL_FSDP "areal-fsdp", AREAL_ARCHON "areal-archon"), else the shared hf-transformers."""
     from ..params import TRAIN_SOFTWARE
     name = f"{trainer}-liger" if liger else trainer
     if name not in TRAIN_SOFTWARE:

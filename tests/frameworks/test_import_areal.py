@@ -280,6 +280,45 @@ def test_the_fsdp_engine_runs_transformers_code_with_sequence_parallel_norms_und
     assert "train_software" not in megatron.scenario["workload"]
 
 
+def test_the_archon_engine_runs_its_torchtitan_code_under_its_own_stack():
+    """AReaL 1.0.4's archon engine trains torchtitan-style model code written op for op as transformers'
+    (experimental/models/archon/qwen2/model/model.py: the hf-transformers constants) under FSDP2 (ZeRO 3),
+    TP with SequenceParallel norms, Ulysses cp and pipeline stages (areal-archon); its log-probs are the
+    fsdp engine's (utils/functional/vocab_parallel.py gather_logprobs: compiled without TP)."""
+    w = import_config("areal", EXAMPLE, ["actor.backend=archon:d4"]).scenario["workload"]
+    assert w["train_software"] == "areal-archon"
+    assert w["train_params"]["compute"]["loss_traffic_bytes_per_logit"] == pytest.approx(46.0)
+    r = import_config("areal", EXAMPLE, ["actor.backend=archon:d1t2p2", "rollout.backend=sglang:d4"])
+    layout = r.scenario["workload"]["train_layout"]
+    assert (layout["tp"], layout["pp"], layout["zero"], layout["sequence_parallel"]) == (2, 2, 3, True)
+    assert "loss_traffic_bytes_per_logit" not in r.scenario["workload"]["train_params"].get("compute", {})
+    load_scenario(r.scenario)
+
+
+@pytest.mark.parametrize(("ac_mode", "recompute", "status"), [
+    (None, "full", None), ("full", "full", "mapped"), ("none", "none", "mapped"),
+    ("selective", "full", "unsupported"), ("memory_budget", "full", "unsupported")])
+def test_archons_gradient_checkpointing_by_its_ac_mode(ac_mode, recompute, status):
+    """archon_utils.build_ac_config: gradient_checkpointing with actor.archon.ac_mode (default selective,
+    torchtitan's op-level SAC, not modelled: priced as full recompute, said), none: no checkpointing."""
+    given = [] if ac_mode is None else [f"+actor.archon.ac_mode={ac_mode}"]
+    r = import_config("areal", EXAMPLE, ["actor.backend=archon:d4", "actor.gradient_checkpointing=true", *given])
+    assert r.scenario["workload"]["train_layout"]["recompute"] == recompute
+    if status is None:
+        assert any("op-level selective" in note for note in r.notes)
+    else:
+        assert "actor.archon.ac_mode" in getattr(r, status)
+
+
+def test_archon_offloads_by_its_own_key_not_the_fsdp_engines():
+    """archon_engine.py reads actor.archon.offload_params (CPUOffloadPolicy), never actor.fsdp.*."""
+    on = import_config("areal", EXAMPLE, ["actor.backend=archon:d4", "+actor.archon.offload_params=true"])
+    assert on.scenario["workload"]["train_params"]["offload"] == {"fsdp_cpu_offload": True}
+    off = import_config("areal", EXAMPLE, ["actor.backend=archon:d4", "+actor.fsdp.offload_params=true"])
+    assert "offload" not in off.scenario["workload"]["train_params"]
+    assert "archon" in off.ignored["actor.fsdp.offload_params"]
+
+
 def test_the_fsdp_engine_refuses_a_zero_stage_it_does_not_shard_at(capsys):
     """AReaL 1.0.4's FSDP engine fully_shards every layer with reshard_after_forward=True (fsdp_utils/parallel.py):
     areal-fsdp runs ZeRO 3 only, a layout at ZeRO 2 refused naming the field."""

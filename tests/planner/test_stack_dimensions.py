@@ -16,6 +16,7 @@ from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
 from simulator.llm.architecture import load_model
 from simulator.params import (
+    AREAL_ARCHON,
     AREAL_FSDP,
     HF_TRANSFORMERS,
     HF_TRANSFORMERS_LIGER,
@@ -48,7 +49,7 @@ def _dimensions(rows: list[dict]) -> set[tuple[int, int, int, int]]:
 
 def test_the_megatron_stacks_run_every_dimension_and_the_hf_stacks_no_pipeline():
     for name, stack in TRAIN_SOFTWARE.items():
-        assert stack.pipeline_parallel is name.startswith("megatron"), name
+        assert stack.pipeline_parallel is (name.startswith("megatron") or name == "areal-archon"), name
         assert stack.tensor_parallel is (name not in ("verl-fsdp", "verl-fsdp-liger", "skyrl-fsdp", "trl", "trl-liger"))
     assert not TRL_ACCELERATE.context_parallel and not TRL_ACCELERATE_LIGER.context_parallel
     assert VERL_FSDP.context_parallel and SKYRL_FSDP.context_parallel   # Ulysses
@@ -61,6 +62,9 @@ def test_the_megatron_stacks_run_every_dimension_and_the_hf_stacks_no_pipeline()
     assert AREAL_FSDP.search_limits() == {**HF_TRANSFORMERS.search_limits(), "zero": [3]}
     assert SKYRL_FSDP.search_limits() == {**HF_TRANSFORMERS.search_limits(), "tp": [1], "zero": [3]}
     assert AREAL_FSDP.sequence_parallel is None   # its TP plan shards the norms' sequence whenever t > 1
+    # AReaL's archon engine: torchtitan's FSDP2 (ZeRO 3), TP, Ulysses cp and pipeline stages
+    assert AREAL_ARCHON.search_limits() == {"recompute": ["full", "none"], "zero": [3]}
+    assert AREAL_ARCHON.sequence_parallel is None and AREAL_ARCHON.lacked_dimension({"tp": 2, "pp": 2, "vpp": 2, "cp": 2}) is None
     assert MEGATRON_CORE.search_limits() == {"recompute": ["selective", "none", "full"], "zero": [1, 0, 2, 3]}
 
 
@@ -70,10 +74,10 @@ def test_a_trainers_stack_prices_what_its_model_code_stack_prices():
     for stack, base in ((VERL_FSDP, HF_TRANSFORMERS), (VERL_FSDP_LIGER, HF_TRANSFORMERS_LIGER),
                         (SKYRL_FSDP, HF_TRANSFORMERS), (TRL_ACCELERATE, HF_TRANSFORMERS),
                         (TRL_ACCELERATE_LIGER, HF_TRANSFORMERS_LIGER), (NEMO_RL_DTENSOR, HF_TRANSFORMERS),
-                        (AREAL_FSDP, HF_TRANSFORMERS)):
+                        (AREAL_FSDP, HF_TRANSFORMERS), (AREAL_ARCHON, HF_TRANSFORMERS)):
         differ = {f.name for f in dataclasses.fields(base) if getattr(stack, f.name) != getattr(base, f.name)}
         assert differ <= {"name", "source", "lacking_fix", "tensor_parallel", "context_parallel", "zero", "bounded",
-                          "sequence_parallel"}, stack.name
+                          "sequence_parallel", "pipeline_parallel"}, stack.name
         assert stack.zero[0] == base.zero[0], stack.name   # a layout that gives no zero takes the same stage
         assert stack.params == base.params
 
@@ -120,7 +124,8 @@ def test_a_pipeline_on_the_fsdp2_trainers_is_refused_naming_their_megatron_backe
     ("hf-transformers", "recompute", "selective", "recompute full, none only"),
     ("trl", "recompute", "selective", "recompute full, none only"),
     ("nemo-rl-dtensor", "zero", 2, "zero 3 only"), ("nemo-rl-dtensor", "recompute", "selective", "recompute full, none only"),
-    ("areal-fsdp", "zero", 1, "zero 3 only"), ("skyrl-fsdp", "zero", 2, "zero 3 only")])
+    ("areal-fsdp", "zero", 1, "zero 3 only"), ("skyrl-fsdp", "zero", 2, "zero 3 only"),
+    ("areal-archon", "zero", 2, "zero 3 only"), ("areal-archon", "recompute", "selective", "recompute full, none only")])
 def test_a_zero_stage_or_recompute_mode_the_stacks_trainer_has_not_is_refused_when_the_scenario_loads(
         software, key, value, runs):
     """The property test drew verl-fsdp at ZeRO 1 and hf-transformers with selective recompute: the runs went
