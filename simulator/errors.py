@@ -216,6 +216,10 @@ def _keys_of(cls: Any) -> Iterable[str]:
     return accepts() if callable(accepts) else cls.model_fields
 
 
+# pydantic's scalar type errors ("bool_type", "int_parsing", ...: the type named before the suffix): what
+# the field is, what it takes and an example value, for a mapping given where a scalar goes.
+_SCALAR_TYPES = {"bool": ("a boolean", "true or false", "true"), "int": ("an integer", "a whole number", "1"),
+                 "float": ("a number", "a number", "1.0"), "string": ("a string", "a name", "NAME")}
 # pydantic's bound errors: the ctx key of the bound and the words for it.
 _BOUNDS = {"greater_than": ("gt", "greater than"), "greater_than_equal": ("ge", "greater than or equal to"),
            "less_than": ("lt", "less than"), "less_than_equal": ("le", "less than or equal to")}
@@ -231,6 +235,11 @@ def _plain_words(err: Mapping[str, Any], where: str, model: Any, skip: frozenset
         key, words = _BOUNDS[kind]
         bound = _bound_text((err.get("ctx") or {}).get(key))
         return f"must be {words} {bound}", f"set {where} to a value {words} {bound}"
+    scalar = _SCALAR_TYPES.get(kind.removesuffix("_parsing").removesuffix("_type"))
+    if scalar is not None and isinstance(err.get("input"), Mapping):   # `--set a.flag.x=1` made a mapping of it
+        keys = ", ".join(map(str, err["input"])) or "none"
+        return (f"{where} is {scalar[0]}, not a mapping: no key goes under it (given: {keys})",
+                f"give {where} itself {scalar[1]} ({where}={scalar[2]}), no key under it")
     if kind == "extra_forbidden":
         loc = tuple(err.get("loc", ()))
         message = f"unknown field '{loc[-1] if loc else where}'" + did_you_mean(err, model)

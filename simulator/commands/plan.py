@@ -100,9 +100,11 @@ def _inputs(args: argparse.Namespace, scn: Any = None) -> dict[str, Any]:
         # the workload's own topology whenever the workload is the scenario's (given or default):
         # the default scenario's pangu-ultra-moe on one dgx-h100 node (8 devices) fits nowhere
         topo_spec = scn.topology if workload is not None else _DEFAULT_TOPOLOGY
+    from ..llm.architecture import load_model
     if args.model is not None:   # its errors name the flag, not the planner's argument (`model`)
-        from ..llm.architecture import load_model
         load_model(args.model, field="--model")
+    elif workload is not None and not workload.model:   # the scenario's emptied (--set workload.model=): its field
+        load_model(workload.model, field="workload.model")
     model = args.model or (workload.model if workload else None)
     batch, seq = args.global_batch, args.seq_len
     # what `rlsim run` trains (autoplan.train_batch): one optimizer step (the mini-batch, not the

@@ -23,12 +23,13 @@ import gc
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import RlsimError, one_typo_from
-from ..presets import resolve
+from ..presets import preset_names, resolve
 from ..scenario import LIMITS_FIX, Limits
 from ..units import is_unitless, parse_bandwidth, parse_seconds
 from .collective_params import CollectiveParams
@@ -620,12 +621,14 @@ def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | 
     file names that file."""
     if isinstance(spec, Topology):
         return spec
+    if isinstance(spec, Mapping) and "preset" in spec:
+        _check_preset_name(spec["preset"], spec_source)
     written = dict(spec) if isinstance(spec, Mapping) else {}
     written.pop("preset", None)
     given = dict(overrides or {})
     try:
         if isinstance(spec, Mapping) and "preset" in spec:
-            base, source = resolve("topologies", spec["preset"])
+            base, source = resolve("topologies", spec["preset"], field="topology.preset")
             mapping = _merge(_without_replaced_size(base, written), _device_over_base(base, written))
         else:
             mapping, source = resolve("topologies", dict(spec) if isinstance(spec, Mapping) else spec)
@@ -640,6 +643,18 @@ def load_topology(spec: str | Mapping[str, Any], overrides: Mapping[str, Any] | 
                                        Limits().max_devices if max_devices is None else max_devices)
     except RlsimError as exc:
         raise _as_written(exc, ((given, "--set"), (written, spec_source))) from None
+
+
+def _check_preset_name(preset: Any, source: str | None) -> None:
+    """A mapping's `preset:` names a preset or a YAML file: a mapping, list or number there (`--set
+    topology.preset.foo=1` made one of the name) is refused by that key, its fix the keys beside it."""
+    if isinstance(preset, (str, Path)):
+        return
+    shown = "a mapping" if isinstance(preset, Mapping) else f"{preset!r}"
+    raise RlsimError(f"topology.preset names a preset or a YAML file, not {shown}", source=source,
+                     field="topology.preset",
+                     fix=f"give topology.preset one of {', '.join(preset_names('topologies'))} or a path, and the "
+                         "topology's own keys beside it (topology.nodes, topology.device.<field>, ...), not under it")
 
 
 def _as_written(exc: RlsimError, layers: Iterable[tuple[Mapping[str, Any], str | None]]) -> RlsimError:
@@ -891,8 +906,6 @@ def _profiled_device(raw: Any, source: str, field: str, profile: Any = None,
     spec = device_from_mapping(raw, source, field)
     if profile is None:
         return spec, spec, profile_field
-    from pathlib import Path
-
     from .profiles import device_with_profile
     base = Path(source).parent if source and Path(source).exists() else None
     return device_with_profile(spec, profile, base_dir=base, source=source, field=profile_field), spec, profile_field

@@ -135,6 +135,12 @@ def test_a_failed_sweep_points_error_is_printed_whole_under_its_table(capsys):
     (["topology.scaleout=2"], "topology.scaleout", "expected a mapping"),
     (["topology.device=2"], "topology.device", "expected a device name or mapping"),
     (["workload.model=nope"], "workload.model", "unknown model 'nope'"),   # plan named it 'model'
+    (["workload.model="], "workload.model", "empty model name"),   # plan said 'missing --model' beside a scenario
+    (["topology.preset.foo=1"], "topology.preset", "not a mapping"),   # was field 'foo' of '<topology mapping>'
+    (["topology.preset={}"], "topology.preset", "not a mapping"),   # was field 'device' of '<topology mapping>'
+    (["topology.preset=[1]"], "topology.preset", "not [1]"),   # was field 'topology'
+    (["workload.train_params.compute.flash_attention.foo=1"], "workload.train_params.compute.flash_attention",
+     "is a boolean, not a mapping"),   # was 'Input should be a valid boolean', its fix the docs
 ])
 def test_odd_set_items_exit_2_naming_the_field_and_the_fix(capsys, tmp_path, command, items, field, words):
     """A --set fuzz of run / compare / sweep / plan: a key set twice ran the last (exit 0), an item of a
