@@ -216,8 +216,16 @@ SCENARIO_KEYWORDS = ("topology", "workload", "schedule", "overrides", "iteration
 
 def check_scenario_keywords(keywords: Mapping[str, Any], function: str) -> None:
     """Keyword arguments are load_scenario's: another (a typo such as iteratons=2) raised a TypeError
-    naming an internal function."""
+    naming an internal function. A key given twice in ``overrides`` is refused as the CLI refuses a
+    --set key given twice (overrides=["schedule=async", "schedule=stalesync"]: the last won without a
+    word); load_scenario itself keeps applying them in order, which the package's own callers compose
+    (calibrate's --predict items over its --set items, a fit's values over the scenario's)."""
     import difflib
+
+    from .overrides import refuse_a_key_given_twice
+    given = keywords.get("overrides")
+    if isinstance(given, (list, tuple)) and all(isinstance(item, str) for item in given):   # else load_scenario's
+        refuse_a_key_given_twice([item for item in given if "=" in item], flag="overrides")   # error on its form
     for name in keywords:
         if name not in SCENARIO_KEYWORDS:
             close = difflib.get_close_matches(name, SCENARIO_KEYWORDS, n=1)

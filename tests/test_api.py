@@ -250,6 +250,20 @@ def test_one_override_string_is_one_item_not_its_letters():
     assert load_scenario(None, overrides="iterations=3").iterations == 3
 
 
+@pytest.mark.parametrize("call", ["simulate", "compare", "replicate"])
+def test_a_key_given_twice_in_overrides_is_refused_as_the_cli_refuses_it(call):
+    """overrides=["schedule=async", "schedule=stalesync"] replaced the section, the last winning without a
+    word, where `rlsim run --set` refuses a key given twice (overrides.refuse_a_key_given_twice)."""
+    from simulator.errors import RlsimError
+    from simulator.uncertainty import replicate
+
+    function = replicate if call == "replicate" else getattr(simulator, call)
+    with pytest.raises(RlsimError, match="is given twice") as info:
+        function(None, overrides=["iterations=2", "iterations=3"])
+    assert info.value.field == "iterations" and info.value.source == "overrides"
+    assert "overrides iterations is given twice (iterations=2, then iterations=3)" in info.value.message
+
+
 def test_simulate_refuses_replicas_it_would_not_run():
     # simulate({..., replicas: 3}) ran one replica without a word (found by fuzzing)
     from simulator.errors import RlsimError
