@@ -272,7 +272,7 @@ def _take_import(args: argparse.Namespace, imported: Any) -> None:
 def _plan(args: argparse.Namespace) -> int:
     from .replicas import plan_replicated
     _check_balance_flags(args)
-    code = plan_replicated(args, lambda scn: plan_rows(args, scn)[0])   # --seeds N (issue 13)
+    code = plan_replicated(args, lambda scn: plan_rows(args, scn)[0], scenario_overrides(args))   # --seeds N (issue 13)
     if code is not None:
         return code
     with common.Progress("layout") as progress:

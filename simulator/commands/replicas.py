@@ -180,15 +180,15 @@ def sweep_replicated(base: Any, seeds: int, evaluate: Any, fingerprint: str,
     return functools.partial(replicate_point, base, seeds), digest
 
 
-def plan_replicated(args: argparse.Namespace, rows_of: Any) -> int | None:
+def plan_replicated(args: argparse.Namespace, rows_of: Any, overrides: list[str]) -> int | None:
     """`rlsim plan` over replicas: the planner has no seed, so its figures move only with distribution
     values; each candidate of replica 0's ranking gets the median and ci95 over the replicas that
-    list its layout. None when one replica and no distribution apply."""
+    list its layout. `overrides`: the --set items the plan's scenario loads with (plan.scenario_overrides).
+    None when one replica and no distribution apply."""
     from ..overrides import parse_assignment
     from ..uncertainty import plan_replicas
     from ..uncertainty.intervals import aggregate, ci_coverage, interval_over
-    from .plan import scenario_overrides
-    plan = plan_replicas(args.scenario, seeds=args.seeds, overrides=scenario_overrides(args))
+    plan = plan_replicas(args.scenario, seeds=args.seeds, overrides=overrides)
     if not plan.distributions and any(parse_assignment(o)[0] == "seed" for o in args.overrides):
         raise RlsimError("seed picks the replicas' draws of distribution values, and this plan has none "
                          "(the planner itself has no randomness)", source="--set", field="seed",
