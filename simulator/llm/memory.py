@@ -231,7 +231,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         grads = device_gradient_bytes(zero, grad_bpp, trained, trained_shard, params)
         optim = optim_bpp * (trained_shard if zero >= 1 else trained)
         acts = _in_flight_cached(tuple([per_chunk * tokens for per_chunk in per_chunks]), pp, vpp, m, s)
-        if full_recompute:  # one layer's full activations are rebuilt during its backward
+        if full_recompute:  # the largest layer's full activations are rebuilt during its backward
             acts += tokens * rebuilt
         logits = tokens * float(model.head_outputs) / tp * logits_bpe if s == pp - 1 else 0.0
         gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert) \
@@ -358,10 +358,11 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
                 per_chunk += info[2]
             per_chunks.append(per_chunk)
         rebuilt = 0.0
-        if recompute == "full":   # the first layer's full activations, rebuilt during its backward
-            lay = shapes[chunks[s][0]] if chunks[s] else shapes[0]
-            rebuilt = activation_bytes_per_token(lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=sp,
-                                                 recompute="none", flash=flash, context_len=context_len, params=params)
+        if recompute == "full":   # each layer's full activations are rebuilt during its backward: the largest's
+            stage_shapes = {id(shapes[i]): shapes[i] for c in range(vpp) for i in chunks[c * pp + s]}
+            rebuilt = max((activation_bytes_per_token(lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp,
+                                                      sp=sp, recompute="none", flash=flash, context_len=context_len,
+                                                      params=params) for lay in stage_shapes.values()), default=0.0)
         out.append((dense, expert, largest_layer, tuple(per_chunks), rebuilt, trained_dense, trained_expert,
                     largest_tensor))
     return tuple(out)

@@ -267,3 +267,25 @@ def test_the_resident_weight_bytes_default_to_the_weights_dtype():
     assert FP32_MASTER.resident_bytes_per_param == 4.0
     with pytest.raises(ValueError):
         MemoryParams(resident_weight_bytes_per_param=0.0)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "nemotron-h-8b"])
+def test_full_recompute_rebuilds_the_stages_largest_layer_not_its_first(name):
+    """Full recompute keeps each layer's input and, during a layer's backward, that layer's whole
+    activations: the stage's peak holds the largest layer's, which on a stage that opens with a
+    smaller layer (DeepSeek-V3's first_k_dense dense layers before its MoE layers; a hybrid's Mamba
+    block before its attention block) is not the first one's."""
+    model = load_model(name)
+    shapes = layer_shapes(model)
+    tokens, tp = 4096.0, 2
+    p = MemoryParams()
+
+    def per_token(lay, recompute):
+        return activation_bytes_per_token(lay, model.hidden, model.ffn_hidden, bool(getattr(model, "gated_ffn", True)),
+                                          tp=tp, sp=True, recompute=recompute, flash=True, context_len=tokens, params=p)
+
+    whole = [per_token(lay, "none") for lay in shapes]
+    assert max(whole) > whole[0]                          # the case: the first layer is not the largest
+    b = memory_per_device(model, TrainLayout(tp=tp, dp=1, zero=0, recompute="full"), tokens, BIG, micro_batches=1)
+    inputs = sum(per_token(lay, "full") for lay in shapes) * tokens   # one micro-batch in flight (pp 1)
+    assert b.activations_bytes == pytest.approx(inputs + max(whole) * tokens, rel=1e-12)
