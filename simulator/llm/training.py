@@ -197,6 +197,9 @@ class _Groups:
     p2p: list[tuple[int, int]]   # stage s -> s + 1 representatives (first TP rank)
     zero_shard: int = 0          # ranks of dp[s] / edp[s] one copy of the ZeRO state spans (0: all)
     expert_zero_shard: int = 0
+    # expert tensor-parallel group per stage (etp ranks: the routed experts' gather / scatter); with
+    # etp = tp and cp = 1 the TP group. Empty: each stage's TP group.
+    etp: list[list[int]] = field(default_factory=list)
 
     def sharded(self, stage: int, expert: bool = False) -> tuple[list[int], list[int]]:
         """(shard group, copies group) of a stage's dense or expert DP group under ZeRO: the first
@@ -221,7 +224,7 @@ def _positions(layout: TrainLayout) -> np.ndarray:
 @lru_cache(maxsize=256)
 def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
     r = np.asarray(ranks, dtype=np.int64)[_positions(layout)]  # [s, d, c, t] -> physical rank
-    tp, cp, ep, dpg, edp, p2p = [], [], [], [], [], []
+    tp, cp, ep, dpg, edp, p2p, etp_groups = [], [], [], [], [], [], []
     etp = layout.expert_tp
     for s in range(layout.pp):
         tp.append(r[s, 0, 0, :].tolist())
@@ -232,9 +235,10 @@ def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
         ep.append(folded[0, :, 0].tolist())
         dpg.append(r[s, :, :, 0].ravel().tolist())            # d outer, c inner
         edp.append(folded[:, 0, 0].tolist())
+        etp_groups.append(folded[0, 0, :].tolist())
     for s in range(layout.pp):
         p2p.append((int(r[s, 0, 0, 0]), int(r[(s + 1) % layout.pp, 0, 0, 0])))
-    return _Groups(tp, cp, ep, dpg, edp, p2p, layout.zero_shard, layout.expert_zero_shard)
+    return _Groups(tp, cp, ep, dpg, edp, p2p, layout.zero_shard, layout.expert_zero_shard, etp_groups)
 
 
 def _sharded_sync(comm: _Comm, groups: _Groups, stage: int, expert: bool, grad_bytes: float,
@@ -639,12 +643,18 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
                                               cp_.tp_userbuffer_pipeline_splits)
     elif layout.tp > 1:  # 2 all-reduces (or all-gather + reduce-scatter with SP) forward, 2 backward
         g = groups.tp[stage]
+        blocks = _dense_tp_blocks(layer)
         one = (comm.many("all_gather", g, act) + comm.many("reduce_scatter", g, act)) if layout.sp \
             else comm.many("all_reduce", g, act)
-        fwd["tp"] = bwd["tp"] = layer.tp_reductions * one * (1 - cp_.tp_overlap_fraction)
+        fwd["tp"] = bwd["tp"] = blocks * one * (1 - cp_.tp_overlap_fraction)
         if layout.sp and cp_.sp_backward_allgather:  # inputs of QKV and FC1 re-gathered for dW
-            bwd["tp"] = bwd["tp"] + layer.tp_reductions * comm.many("all_gather", g, act) * (
+            bwd["tp"] = bwd["tp"] + blocks * comm.many("all_gather", g, act) * (
                 1 - cp_.sp_backward_allgather_overlap_fraction)
+    if layer.moe and layout.expert_tp > 1:   # the routed experts' block over the expert-TP group
+        routed = _routed_expert_tp_s(layer, layout, act, groups.etp[stage] if groups.etp else groups.tp[stage], comm)
+        routed = routed * (1 - cp_.tp_overlap_fraction)
+        fwd["tp"] = fwd.get("tp", 0.0) + routed
+        bwd["tp"] = bwd.get("tp", 0.0) + routed
     if layout.cp > 1 and layout.ulysses_sp:
         fwd["cp"], bwd["cp"] = _ulysses_comm(layer, layout, tokens_local, groups.cp[stage], comm, params)
     elif layout.cp > 1:  # ring attention: KV around the ring forward; KV again and dKV backward
@@ -667,6 +677,32 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
             again = gather if params.memory.zero3_reshard_after_forward else 0.0
             bwd["dp"] = np.full_like(tokens_local, again + reduce)
     return _LayerCost(times.fwd_s, times.bwd_s, times.attn_fwd_s, fwd, bwd)
+
+
+def _dense_tp_blocks(layer: LayerShape) -> float:
+    """TP blocks (a column-parallel GEMM into a row-parallel one) of a layer whose input TP gathers and
+    whose output it reduces over the TP group: every one of a dense layer (LayerShape.tp_reductions);
+    an MoE layer's attention (or mixer) and its shared experts (a TP-split MLP beside the routed ones,
+    Megatron-Core SharedExpertMLP), not its routed experts, which are split over the expert-TP group
+    after the EP all-to-all (_routed_expert_tp_s)."""
+    if not layer.moe:
+        return layer.tp_reductions
+    shared = any(g.name == "shared_up" for g in layer.gemms)
+    return layer.tp_reductions - 1.0 + (1.0 if shared else 0.0)
+
+
+def _routed_expert_tp_s(layer: LayerShape, layout: TrainLayout, act: np.ndarray, group: Sequence[int],
+                        comm: _Comm) -> np.ndarray:
+    """An MoE layer's routed-expert collectives over the expert-TP group, one direction (forward: the
+    dispatched rows all-gathered before the experts, their output reduce-scattered after; backward the
+    same two): each rank's T / tp tokens x k routed copies after the EP all-to-all, etp of them, k x A
+    x etp / tp bytes for the layer's activation A (megatron-core 0.8.0 MoEAlltoAllTokenDispatcher:
+    all_gather_last_dim_from_tensor_parallel_region, reduce_scatter_last_dim_to_tensor_parallel_region;
+    later ones gather the rows over the expert-TP group). Without SP an all-reduce of the same rows."""
+    rows = act * layer.experts_per_token * layout.expert_tp / layout.tp
+    if layout.sp:
+        return comm.many("all_gather", group, rows) + comm.many("reduce_scatter", group, rows)
+    return comm.many("all_reduce", group, rows)
 
 
 def _fsdp_layer_comm(layer: LayerShape, layout: TrainLayout, groups: _Groups, stage: int, comm: _Comm,
@@ -777,7 +813,8 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                 key = stage_keys.get(stage)
                 if key is None:
                     key = stage_keys[stage] = tuple(comm.group_key(g[stage]) for g in
-                                                    (groups.tp, groups.cp, groups.ep, groups.dp, groups.edp))
+                                                    (groups.tp, groups.cp, groups.ep, groups.dp, groups.edp,
+                                                     groups.etp or groups.tp))
                 fingerprint = (u, key)
                 add = same_comm.get(fingerprint)
                 if add is not None:
@@ -1069,11 +1106,13 @@ def _slowest_groups(layout: TrainLayout, ranks: tuple[int, ...], first: _Groups,
         pool = {tuple(g): g for g in candidates}
         return max(pool.values(), key=lambda g: comm.one(op, g, PROBE_BYTES)) if len(pool) > 1 else next(iter(pool.values()))
 
-    tp, cp, ep, dpg, edp, p2p = [], [], [], [], [], []
+    tp, cp, ep, dpg, edp, p2p, etp = [], [], [], [], [], [], []
     for s in range(layout.pp):
         folded = r[s].reshape(-1).reshape(layout.expert_dp, layout.ep, layout.expert_tp)   # as _groups folds
         ep.append(slowest("all_to_all", (folded[d, :, t].tolist() for d in range(folded.shape[0])
                                          for t in range(folded.shape[2]))))
+        etp.append(slowest("all_gather", (folded[d, e, :].tolist() for d in range(folded.shape[0])
+                                          for e in range(folded.shape[1]))))
         edp.append(slowest("reduce_scatter", (folded[:, e, t].tolist() for e in range(folded.shape[1])
                                               for t in range(folded.shape[2]))))
         tp.append(slowest("all_reduce", (r[s, d, c, :].tolist() for d in range(r.shape[1]) for c in range(r.shape[2]))))
@@ -1083,7 +1122,7 @@ def _slowest_groups(layout: TrainLayout, ranks: tuple[int, ...], first: _Groups,
         pairs = [[int(r[s, d, c, t]), int(r[nxt, d, c, t])] for d in range(r.shape[1]) for c in range(r.shape[2])
                  for t in range(r.shape[3])]
         p2p.append(tuple(slowest("p2p", pairs)) if layout.pp > 1 else first.p2p[s])
-    return _Groups(tp, cp, ep, dpg, edp, p2p, first.zero_shard, first.expert_zero_shard)
+    return _Groups(tp, cp, ep, dpg, edp, p2p, first.zero_shard, first.expert_zero_shard, etp)
 
 
 def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layout: TrainLayout,

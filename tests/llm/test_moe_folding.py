@@ -89,3 +89,63 @@ def test_uneven_stages_move_the_embedding_stage_load() -> None:
     emb, _ = embedding_params(gpt)
     assert dense[0] == pytest.approx(3 * per_layer + emb)
     assert dense[1] == pytest.approx(9 * per_layer)
+
+
+class _LinearNet:
+    """Every collective costs 1e-5 s + bytes / 1e11 B/s, whatever its group; the calls are kept."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[int, ...], float]] = []
+
+    def cost(self, op, ranks, nbytes):
+        self.calls.append((op, tuple(ranks), float(nbytes)))
+        return type("Cost", (), {"time_s": 1e-5 + nbytes / 1e11})()
+
+
+def _moe_tp_comm(model, layout: TrainLayout, n_devices: int, tokens: float = 4096.0):
+    """(forward exposed TP seconds, TP-kind calls) of the model's first MoE layer under ``layout``."""
+    import numpy as np
+
+    from simulator.llm.train_compute import layer_times
+    from simulator.llm.training import TrainParams, _Comm, _layer_cost, rates_for
+
+    lay = layout.resolve(n_devices)
+    layer = next(s for s in layer_shapes(model) if s.moe)
+    net = _LinearNet()
+    t = np.array([tokens])
+    params = TrainParams()
+    times = layer_times(layer, model.hidden, model.ffn_hidden, True, t, t ** 2, tp=lay.tp, sp=lay.sp, ep=lay.ep,
+                        etp=lay.expert_tp, rates=rates_for(load_topology("dgx-h100").device_spec(0), params),
+                        params=params.compute)
+    cost = _layer_cost(layer, times, model, lay, t, _groups(lay, tuple(range(n_devices))), 0, _Comm(net), params)
+    calls = [c for c in net.calls if c[0] in ("all_gather", "reduce_scatter", "all_reduce")]
+    return float(cost.fwd_comm["tp"][0]), calls, (1 - params.comm.tp_overlap_fraction)
+
+
+def _ag_rs(nbytes: float) -> float:
+    return 2 * (1e-5 + nbytes / 1e11)
+
+
+@pytest.mark.parametrize("etp", [2, 1])
+def test_an_moe_layers_tp_collectives_gather_the_k_routed_copies_over_the_expert_tp_group(etp) -> None:
+    """Megatron-Core's all-to-all dispatcher with SP: attention's all-gather + reduce-scatter of the
+    layer's activation A over TP, and the routed experts' input all-gathered (and their output
+    reduce-scattered) over the expert-TP group after the EP all-to-all: each rank's T / tp tokens x k
+    routed copies, etp of them, k x A x etp / tp bytes (megatron-core 0.8.0 token_dispatcher.py
+    all_gather_last_dim_from_tensor_parallel_region; with etp 1 none: the experts are whole)."""
+    model = load_model("qwen3-30b-a3b")   # k 8, no shared experts
+    tokens, k = 4096.0, 8
+    a = tokens * model.hidden * 2.0
+    fwd, calls, hidden = _moe_tp_comm(model, TrainLayout(tp=2, ep=2, etp=etp, zero=1), 4 if etp == 2 else 2)
+    routed = _ag_rs(k * a * etp / 2) if etp > 1 else 0.0
+    assert fwd == pytest.approx((_ag_rs(a) + routed) * hidden, rel=1e-12)
+    assert sorted(c[2] for c in calls) == sorted([a, a] + ([k * a, k * a] if etp > 1 else []))
+
+
+def test_shared_experts_keep_their_own_tp_block() -> None:
+    """DeepSeek-V3's shared expert is a TP-split MLP beside the routed experts (its input gathered,
+    its output reduce-scattered over TP): with etp 1 the layer has two TP blocks, attention and it."""
+    model = load_model("deepseek-v3")
+    a = 4096.0 * model.hidden * 2.0
+    fwd, _, hidden = _moe_tp_comm(model, TrainLayout(tp=2, ep=2, etp=1, zero=1), 2)
+    assert fwd == pytest.approx(2 * _ag_rs(a) * hidden, rel=1e-12)
