@@ -1841,9 +1841,11 @@ LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
     # TP collectives. TE userbuffers replace the flat overlap share and the backward re-gather on a
     # dense model's layers only (MoE, MLA and hybrid layers keep them), which the gate cannot see:
     # those two stay admitted under userbuffers.
-    "tp_overlap_fraction": LayoutGate(lambda lay: lay.tp > 1, "tensor parallelism (train_layout.tp > 1)",
+    "tp_overlap_fraction": LayoutGate(lambda lay: lay.tp > 1 or lay.expert_tp > 1,
+                                      "tensor parallelism (train_layout.tp > 1, or etp > 1 on an MoE model)",
                                       "the share of its per-layer all-reduces (or all-gathers and "
-                                      "reduce-scatters) hidden", "set workload.train_layout.tp above 1"),
+                                      "reduce-scatters, the routed experts' over expert TP) hidden",
+                                      "set workload.train_layout.tp above 1"),
     "tp_userbuffers": LayoutGate(lambda lay: lay.sp, "sequence parallelism (train_layout.tp > 1, "
                                  "sequence_parallel not false)", "the TP all-gathers and reduce-scatters "
                                  "it overlaps with their GEMMs", "set workload.train_layout.tp above 1"),
@@ -1927,6 +1929,7 @@ class TrainLayoutKeys:
     sequence_parallel: bool | None = None
     max_tokens_per_micro_batch: int | None = None
     logprob_max_tokens_per_micro_batch: int | None = None
+    etp: int | None = None
 
     @classmethod
     def of(cls, layout: Mapping[str, Any]) -> "TrainLayoutKeys | None":
@@ -1935,7 +1938,8 @@ class TrainLayoutKeys:
         for field in fields(cls):
             name = field.name
             value = layout.get(name, field.default)
-            if name.endswith("max_tokens_per_micro_batch") and (value is None or str(value).lower() in ("auto", "none")):
+            if (name.endswith("max_tokens_per_micro_batch") or name == "etp") and \
+                    (value is None or str(value).lower() in ("auto", "none")):
                 value = None
             kind = bool if name in ("ulysses_sp", "sequence_parallel") else int
             if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
@@ -1947,6 +1951,11 @@ class TrainLayoutKeys:
     def sp(self) -> bool:
         """Sequence parallelism as TrainLayout resolves it: with TP unless turned off."""
         return self.tp > 1 and self.sequence_parallel is not False
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel size as TrainLayout resolves it: etp, or tp when unset."""
+        return self.tp if self.etp is None else self.etp
 
 
 def inapplicable_given_key(layout: Mapping[str, Any] | str, train_params: "TrainParams", stack_params: "TrainParams",

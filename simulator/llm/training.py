@@ -698,11 +698,10 @@ def _routed_expert_tp_s(layer: LayerShape, layout: TrainLayout, act: np.ndarray,
     same two): each rank's T / tp tokens x k routed copies after the EP all-to-all, etp of them, k x A
     x etp / tp bytes for the layer's activation A (megatron-core 0.8.0 MoEAlltoAllTokenDispatcher:
     all_gather_last_dim_from_tensor_parallel_region, reduce_scatter_last_dim_to_tensor_parallel_region;
-    later ones gather the rows over the expert-TP group). Without SP an all-reduce of the same rows."""
+    later ones gather the rows over the expert-TP group). The expert-TP ranks hold different rows
+    whether or not SP is on (at tp 1 they are different DP replicas): a gather, never an all-reduce."""
     rows = act * layer.experts_per_token * layout.expert_tp / layout.tp
-    if layout.sp:
-        return comm.many("all_gather", group, rows) + comm.many("reduce_scatter", group, rows)
-    return comm.many("all_reduce", group, rows)
+    return comm.many("all_gather", group, rows) + comm.many("reduce_scatter", group, rows)
 
 
 def _fsdp_layer_comm(layer: LayerShape, layout: TrainLayout, groups: _Groups, stage: int, comm: _Comm,

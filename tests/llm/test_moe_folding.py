@@ -149,3 +149,14 @@ def test_shared_experts_keep_their_own_tp_block() -> None:
     a = 4096.0 * model.hidden * 2.0
     fwd, _, hidden = _moe_tp_comm(model, TrainLayout(tp=2, ep=2, etp=1, zero=1), 2)
     assert fwd == pytest.approx(2 * _ag_rs(a) * hidden, rel=1e-12)
+
+
+def test_expert_tp_over_data_parallel_ranks_gathers_their_rows() -> None:
+    """tp 1, etp 2: the expert-TP group is two ranks of different replicas, each with its own T tokens;
+    the routed rows are gathered and the output reduce-scattered over it (2 k A each), and the layer has
+    no other TP collective (no SP, no TP group)."""
+    model = load_model("qwen3-30b-a3b")
+    a = 4096.0 * model.hidden * 2.0
+    fwd, calls, hidden = _moe_tp_comm(model, TrainLayout(tp=1, ep=2, etp=2, zero=1), 4)
+    assert fwd == pytest.approx(_ag_rs(8 * a * 2) * hidden, rel=1e-12)
+    assert sorted((c[0], c[1]) for c in calls) == [("all_gather", (0, 1)), ("reduce_scatter", (0, 1))]

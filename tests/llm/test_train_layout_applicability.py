@@ -107,7 +107,9 @@ GATE_LAYOUTS = (
                     TrainLayout(tp=2, cp=2, ulysses_sp=True), TrainLayout(tp=1),
                     TrainLayout(tp=2, sequence_parallel=False), TrainLayout(tp=2, pp=2),
                     TrainLayout(tp=2, pp=2, sequence_parallel=False), TrainLayout(tp=1, pp=2)]),
-    ("qwen3-30b-a3b", [TrainLayout(tp=1, ep=1), TrainLayout(tp=1, ep=2), TrainLayout(tp=2, ep=2)]),
+    # tp 1 with etp 2: the routed experts' expert-TP gathers are the only TP collectives (tp_overlap_fraction's)
+    ("qwen3-30b-a3b", [TrainLayout(tp=1, ep=1), TrainLayout(tp=1, ep=2), TrainLayout(tp=2, ep=2),
+                       TrainLayout(tp=1, ep=2, etp=2)]),
 )
 
 
