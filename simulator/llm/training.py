@@ -1391,8 +1391,9 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
     gb, wb = c.grad_reduce_bytes_per_param, params.memory.weight_bytes_per_param
     dp_list, opt_list, tail = [], [], []
     for s, (dense, expert) in enumerate(_stage_params(model, layout)):
-        # one bucket of each chunk stays exposed; Megatron-Core 0.8 sizes buckets by the DP size (not x CP)
-        f = c.dp_hidden_share((dense + expert) / layout.vpp, len(groups.dp[s]) // max(layout.cp, 1))
+        fractions = _chunk_hidden_shares(c, s, (dense + expert) / layout.vpp, len(groups.dp[s]) // max(layout.cp, 1),
+                                         layout.vpp)
+        f = fractions[0] if len(set(fractions)) == 1 else sum(fractions) / len(fractions)
         grads = weights = 0.0   # the gradient reduction (backward) and the weight gather (forward)
         if layout.zero >= 3:   # the per-layer gathers leave out the embedding / output head: synced here
             rest = sum(_stage_outer_params(model, _shape_layout(layout))[s])
@@ -1415,7 +1416,8 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         if chunks is None or f <= 0:
             dp = (grads + weights) * (1 - f)
         else:
-            dp = _grad_sync_exposed(grads, f, chunks[s], end) + _weight_gather_exposed(weights, f, chunks[s])
+            dp = _grad_sync_exposed(grads, fractions, chunks[s], end) + _weight_gather_exposed(weights, fractions,
+                                                                                                  chunks[s])
         if layout.zero == 2 and c.zero2_reduce_every_micro_batch:   # the earlier backwards' reductions
             dp += (micro_batches - 1) * grads * (1 - f)
         if layout.zero >= 3 and c.zero3_outer_sync_every_micro_batch:   # DeepSpeed: the earlier micro-batches'
@@ -1430,6 +1432,20 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         opt_list.append(opt)
         tail.append((end, dp, opt))
     return dp_list, opt_list, tail
+
+
+def _chunk_hidden_shares(comm: CommParams, stage: int, chunk_params: float, dp: int, vpp: int) -> list[float]:
+    """Per model chunk of a pipeline stage, the share of its gradient sync (and weight gather) that can
+    hide (CommParams.dp_hidden_share: one bucket of a chunk stays exposed; Megatron-Core 0.8 sizes the
+    buckets by the DP size, not x CP). With Megatron-Core's buckets (dp_bucket_min_params) only the first
+    stage's first chunk is bucketed: pipeline ranks after the first and chunks after the first hold one
+    bucket, reduced after their backward (megatron-core 0.8.0 distributed_data_parallel.py: bucket_size
+    None when get_pipeline_model_parallel_rank() > 0 or disable_bucketing, which megatron/training sets
+    for model_chunk_idx > 0)."""
+    share = comm.dp_hidden_share(chunk_params, dp)
+    if comm.dp_bucket_min_params is None:
+        return [share] * vpp
+    return [share if stage == 0 and chunk == 0 else 0.0 for chunk in range(vpp)]
 
 
 def _last_bucket_wait(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, params: TrainParams,
@@ -1472,34 +1488,44 @@ def _last_bucket_elements(model: Any, layout: TrainLayout, stage: int, bucket: f
     return outer, inner
 
 
-def _grad_sync_exposed(t: float, fraction: float, chunks: Sequence[tuple[float, float, float, float]],
+def _grad_sync_exposed(t: float, fraction: float | Sequence[float], chunks: Sequence[tuple[float, float, float, float]],
                        stage_end: float) -> float:
     """Megatron --overlap-grad-reduce with gradient accumulation: a model chunk's gradients reduce
     in its last micro-batch's backward only (the first m - 1 run under no_sync,
     pipeline_parallel/schedules.py), bucket by bucket as they are ready: `fraction` of the chunk's
     time t / v can run from the start of that backward, the last bucket only after it ends; the
     chunks' reductions run one after another on one communicator. Exposed: what ends after the stage's
-    flush. One chunk: max((1 - fraction) t, t - its last backward)."""
+    flush. One chunk: max((1 - fraction) t, t - its last backward). ``fraction``: one for every chunk,
+    or one per chunk (in the order of ``chunks``)."""
     if t <= 0:
         return 0.0
     t_c = t / len(chunks)
     cursor = -math.inf
-    for b_start, b_end, _, _ in sorted(chunks, key=lambda w: w[1]):
-        cursor = max(max(cursor, b_start) + t_c, b_end + (1 - fraction) * t_c)
+    for (b_start, b_end, _, _), f in sorted(zip(chunks, _per_chunk(fraction, chunks), strict=True),
+                                            key=lambda w: w[0][1]):
+        cursor = max(max(cursor, b_start) + t_c, b_end + (1 - f) * t_c)
     return max(0.0, cursor - stage_end)
 
 
-def _weight_gather_exposed(t: float, fraction: float, chunks: Sequence[tuple[float, float, float, float]]) -> float:
+def _per_chunk(fraction: float | Sequence[float], chunks: Sequence[Any]) -> list[float]:
+    """``fraction`` for each of ``chunks``: the one given for all, or the list given per chunk."""
+    return [float(fraction)] * len(chunks) if isinstance(fraction, (int, float)) else list(fraction)
+
+
+def _weight_gather_exposed(t: float, fraction: float | Sequence[float],
+                           chunks: Sequence[tuple[float, float, float, float]]) -> float:
     """ZeRO-1/2 --overlap-param-gather: the updated weights are gathered chunk by chunk from the
     step's start, one after another, each needed by its chunk's first forward: its first bucket
     ((1 - fraction) of it) before that forward starts, all of it before it ends. Exposed: the
-    largest wait. One chunk: max((1 - fraction) t, t - its first forward)."""
+    largest wait. One chunk: max((1 - fraction) t, t - its first forward). ``fraction``: as
+    `_grad_sync_exposed`'s."""
     if t <= 0:
         return 0.0
     t_c = t / len(chunks)
     cursor, worst = 0.0, 0.0
-    for _, _, f_start, f_end in sorted(chunks, key=lambda w: w[2]):
-        worst = max(worst, cursor + (1 - fraction) * t_c - f_start, cursor + t_c - f_end)
+    for (_, _, f_start, f_end), f in sorted(zip(chunks, _per_chunk(fraction, chunks), strict=True),
+                                            key=lambda w: w[0][2]):
+        worst = max(worst, cursor + (1 - f) * t_c - f_start, cursor + t_c - f_end)
         cursor += t_c
     return worst
 

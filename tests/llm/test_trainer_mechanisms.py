@@ -331,6 +331,32 @@ def test_megatron_core_buckets_leave_one_bucket_of_a_chunk_exposed() -> None:
     assert (overlap.dp_overlap_fraction, overlap.dp_bucket_min_params) == (1.0, 40e6)
 
 
+def test_megatron_core_buckets_only_the_first_stages_first_chunk() -> None:
+    """Megatron-Core's DDP turns bucketing off on pipeline ranks after the first (their sync is off
+    the critical path) and on model chunks after the first (megatron-core 0.8.0
+    distributed_data_parallel.py: bucket_size None when get_pipeline_model_parallel_rank() > 0 or
+    disable_bucketing, which training.py sets for model_chunk_idx > 0): such a chunk reduces in one
+    bucket after its last backward, as with a bucket that holds it whole, while stage 0's first chunk
+    still hides all but one bucket."""
+    topo = load_topology({"preset": "dgx-h100", "nodes": 2})
+    net = CollectiveModel(topo)
+    lay = TrainLayout(tp=4, pp=2, dp=2, zero=1).resolve(16)
+    seqs = uniform_sequences(16, 512)
+    n = max(sum(p) for p in _stage_params(QWEN, lay))
+    bucketed, whole = (train_step_cost(QWEN, lay, topo, None, seqs, collectives=net,
+                                       params=_params(dp_overlap_fraction=1.0, dp_bucket_min_params=b))
+                       for b in (40e6, 2 * n))
+    assert bucketed.stage_tail_s[1][1] == pytest.approx(whole.stage_tail_s[1][1], rel=1e-12)   # one bucket
+    assert bucketed.stage_tail_s[0][1] < whole.stage_tail_s[0][1]                            # buckets hide
+    # the per-chunk shares: chunk A (0-1) hides half, chunk B (2-3) none: A ends at 2, B at 3 + 2 = 5
+    from simulator.llm.training import _grad_sync_exposed, _weight_gather_exposed
+
+    chunks = [(0.0, 1.0, 0.0, 1.0), (2.0, 3.0, 2.0, 3.0)]
+    assert _grad_sync_exposed(4.0, [0.5, 0.0], chunks, 3.0) == pytest.approx(2.0)
+    # weights: A gathered 0-2, half before its forward at 0 (waits 1); B 2-4, all before its forward at 2
+    assert _weight_gather_exposed(4.0, [0.5, 0.0], chunks) == pytest.approx(2.0)
+
+
 def test_userbuffer_overlap_closed_forms() -> None:
     """TE userbuffers, per collective C beside its GEMM G: ring exchange (tp - 1 chunk transfers)
     exposes (tp - 1) max(0, C / (tp - 1) - G / tp); the 4-split pipeline C / 4 + 3 max(0, (C - G) / 4);
