@@ -981,6 +981,9 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
     if not callable(evaluate):   # a TypeError 'NoneType object is not callable' from inside the executor
         raise RlsimError(f"evaluate must be a function of a point's values, got {evaluate!r}", field="evaluate",
                          fix="pass e.g. simulate_point bound to a BaseScenario: functools.partial(simulate_point, base)")
+    base = _bound_base(evaluate)
+    if base is not None:   # before any point runs: each would fail on the same clash, or read past it
+        base.refuse_replaced_by_grid(grid or _grid_from_points(points))
     executor = executor or SerialExecutor()
     if store and (copied := store.carry_over(points)):
         warn(f"{copied} finished point(s) copied from {store.sibling().path.name} into {store.path.name} "
@@ -1029,6 +1032,14 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
         frame = _grid_cells_of_points(frame, points, store.path.name if store else "")
     grid_dict = {k: list(v) for k, v in (grid or _grid_from_points(points)).items()}
     return SweepResult(grid_dict, list(points), frame, len(new_rows), store.path if store else None)
+
+
+def _bound_base(evaluate: PointFunction) -> BaseScenario | None:
+    """The BaseScenario a point function is bound to (functools.partial(simulate_point, base), the
+    replicas' partial(replicate_point, base, seeds)); None for another function (tests' fakes)."""
+    if not isinstance(evaluate, functools.partial):
+        return None
+    return next((a for a in (*evaluate.args, *evaluate.keywords.values()) if isinstance(a, BaseScenario)), None)
 
 
 def _grid_cells_of_points(frame: pd.DataFrame, points: Sequence[Point], file_name: str) -> pd.DataFrame:
@@ -1121,6 +1132,13 @@ def _content_or_text(value: str | None) -> str | None:
     return value
 
 
+# The options (BaseScenario's fields, the CLI's flags) a grid key replaces in every point, as `rlsim run`
+# pairs them with --set keys: a grid of seeds replaces seed, one of schedule kinds the schedule named.
+GRID_REPLACED_OPTIONS: dict[str, tuple[str, ...]] = {
+    "iterations": ("iterations",), "seed": ("seed",), "schedule": ("schedule", "schedule.kind"),
+    "topology": ("topology", "topology.preset"), "workload": ("workload",)}
+
+
 @dataclass(frozen=True)
 class BaseScenario:
     """What a sweep varies around: a scenario file (or None for the defaults), or a scenario mapping
@@ -1147,6 +1165,30 @@ class BaseScenario:
         items = string_items(self.overrides, field="BaseScenario.overrides", what="'KEY=VALUE' strings",
                              example="BaseScenario(overrides=('iterations=2',))")
         object.__setattr__(self, "overrides", tuple(items))
+
+    def refuse_replaced_by_grid(self, grid: Iterable[str]) -> None:
+        """An overrides item or option whose key a grid key sets in every point is refused, as the CLI
+        refuses one (commands/sweep.py _refuse_replaced_by_grid): an overrides item failed every point
+        ('overrides iterations is given twice', simulate's check), an option (seed=3 beside a seed grid)
+        was read past without a word. An item under a grid section (schedule.staleness=2 beside a grid
+        of schedules) is kept: it applies to each grid value (keywords)."""
+        keys = set(grid)
+        for item in self.overrides:
+            try:
+                key = parse_assignment(item)[0]
+            except RlsimError:   # not KEY=VALUE: each point's row says so, as simulate refuses it
+                continue
+            if key in keys:
+                raise RlsimError(f"BaseScenario.overrides item {item!r} is replaced by the grid's {key} in every "
+                                 "point", source="BaseScenario.overrides", field=key,
+                                 fix=f"drop {item!r} from BaseScenario.overrides, or drop {key} from the grid")
+        for option, option_keys in GRID_REPLACED_OPTIONS.items():
+            given = getattr(self, option)
+            clash = next((key for key in option_keys if key in keys), None)
+            if given is not None and clash:
+                raise RlsimError(f"BaseScenario({option}={given!r}) is replaced by the grid's {clash} in every point",
+                                 source="BaseScenario", field=clash,
+                                 fix=f"drop {option}={given!r} from BaseScenario(...), or drop {clash} from the grid")
 
     def fingerprint(self) -> str:
         """Hash of everything that decides a point's result except its grid values: the options, the

@@ -377,6 +377,46 @@ def test_a_set_key_under_a_grid_section_is_still_kept(capsys):
     _refuse_replaced_by_grid(Args(), parse_grid(["schedule=stalesync,async", "seed=0,1"]))   # nothing refused
 
 
+@pytest.mark.parametrize("base, grid, said, fix", [
+    (dict(overrides=("iterations=3",)), {"iterations": [1, 2]},
+     "BaseScenario.overrides item 'iterations=3' is replaced by the grid's iterations in every point",
+     "drop 'iterations=3' from BaseScenario.overrides, or drop iterations from the grid"),
+    (dict(seed=3), {"seed": [0, 1]}, "BaseScenario(seed=3) is replaced by the grid's seed in every point",
+     "drop seed=3 from BaseScenario(...), or drop seed from the grid"),
+    (dict(schedule="stalesync"), {"schedule.kind": ["colocated", "stalesync"]},
+     "BaseScenario(schedule='stalesync') is replaced by the grid's schedule.kind", "drop schedule='stalesync'")])
+def test_the_api_refuses_a_base_the_grid_replaces_up_front(tmp_path, base, grid, said, fix):
+    """run_sweep over a BaseScenario whose overrides repeat a grid key failed at every point ('overrides
+    iterations is given twice', one row each), and one whose option the grid sets (seed=3 beside a seed
+    grid) ran the grid's values without a word: refused before any point runs, as the CLI refuses them
+    (commands/sweep.py _refuse_replaced_by_grid), naming the key and the fix."""
+    import functools
+
+    from simulator.sweep import BaseScenario, simulate_point
+    scenario = BaseScenario(**base)
+    store = ResultsStore(tmp_path / "r.csv")
+    with pytest.raises(RlsimError) as err:
+        run_sweep(make_points(grid, scenario.fingerprint()), functools.partial(simulate_point, scenario), store=store)
+    assert said in str(err.value) and fix in err.value.fix and err.value.field == next(iter(grid))
+    assert not (tmp_path / "r.csv").exists()
+
+
+def test_the_api_keeps_a_base_key_under_a_grid_section():
+    """BaseScenario(overrides=('schedule.staleness=2',)) beside a grid of schedule kinds applies to each
+    kind (BaseScenario.keywords puts the section first), as the CLI keeps it: not refused."""
+    import functools
+
+    from simulator.sweep import BaseScenario
+    scenario = BaseScenario(overrides=("schedule.staleness=2",))
+    seen = run_sweep(make_points({"schedule": [{"kind": "stalesync"}]}, ""), functools.partial(_overrides_of, scenario))
+    assert seen.rows["error"].tolist() == [""]
+    assert seen.rows["overrides"].tolist() == ['schedule={"kind": "stalesync"} | schedule.staleness=2']
+
+
+def _overrides_of(base, values):
+    return {"overrides": " | ".join(base.keywords(values)["overrides"])}
+
+
 def test_sweep_help_has_examples():
     r = subprocess.run([sys.executable, "-m", "simulator", "sweep", "--help"], capture_output=True, text=True,
                        timeout=60)

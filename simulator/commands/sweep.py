@@ -302,9 +302,6 @@ def _checked_counts(args: argparse.Namespace) -> int:
     return jobs
 
 
-# The options a --grid key replaces in every point (as `rlsim run` pairs them with --set keys).
-OPTION_KEYS = {"iterations": ("iterations",), "seed": ("seed",), "schedule": ("schedule", "schedule.kind"),
-               "topology": ("topology", "topology.preset"), "workload": ("workload",)}
 
 
 def _refuse_replaced_by_grid(args: argparse.Namespace, grid: dict[str, list[Any]]) -> None:
@@ -313,12 +310,13 @@ def _refuse_replaced_by_grid(args: argparse.Namespace, grid: dict[str, list[Any]
     twice. A --set key under a grid section (--set schedule.staleness=2 --grid schedule=...) is kept:
     it applies to each grid value."""
     from ..overrides import parse_assignment
+    from ..sweep import GRID_REPLACED_OPTIONS
     for item in args.overrides:
         key = parse_assignment(item)[0]
         if key in grid:
             raise RlsimError(f"--set {item} is replaced by --grid {key}=... in every point", field=key,
                              fix=f"drop --set {item}, or drop {key} from --grid")
-    for option, keys in OPTION_KEYS.items():
+    for option, keys in GRID_REPLACED_OPTIONS.items():
         given = getattr(args, option, None)
         clash = next((key for key in keys if key in grid), None)
         if given is not None and clash:
