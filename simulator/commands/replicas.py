@@ -160,11 +160,16 @@ def _scenario_replicas(base: Any) -> int:
 def one_seed_base(args: argparse.Namespace, base: Any) -> Any:
     """The sweep's base scenario with --seeds 1 winning over its `replicas: N`, as `rlsim run --seeds 1`
     runs one plain run (scenario_keywords' replicas=1): every point failed on 'replicas: N asks for N
-    runs over seeds, and simulate runs one'. Unchanged otherwise (its fingerprint too)."""
+    runs over seeds, and simulate runs one'. A --set replicas=N item gives way to it (kept beside it,
+    simulate refused every point: 'overrides replicas is given twice'). Unchanged otherwise (its
+    fingerprint too)."""
     if getattr(args, "seeds", None) != 1 or _scenario_replicas(base) == 1:
         return base
     import dataclasses
-    return dataclasses.replace(base, overrides=(*base.overrides, "replicas=1"))
+
+    from ..overrides import parse_assignment
+    kept = tuple(item for item in base.overrides if parse_assignment(item)[0] != "replicas")
+    return dataclasses.replace(base, overrides=(*kept, "replicas=1"))
 
 
 def sweep_replicated(base: Any, seeds: int, evaluate: Any, fingerprint: str,
