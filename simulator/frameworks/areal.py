@@ -57,7 +57,10 @@ DEFAULTS: dict[str, Any] = {
     "actor.mb_spec.n_mbs": 1, "actor.mb_spec.max_tokens_per_mb": None, "actor.fsdp.offload_params": False,
     "actor.megatron.virtual_pipeline_parallel_size": 1, "actor.megatron.recompute_granularity": "full",
     "actor.megatron.ddp.use_distributed_optimizer": True, "actor.archon.ac_mode": "selective",
-    "actor.archon.offload_params": False, "rollout.max_head_offpolicyness": 0,
+    "actor.archon.offload_params": False, "actor.archon.pp_schedule": "Interleaved1F1B",
+    "actor.archon.pp_layers_per_stage": None, "actor.archon.pp_first_stage_less_layers": 1,
+    "actor.archon.pp_last_stage_less_layers": 1, "actor.archon.reshard_after_forward_policy": "default",
+    "rollout.max_head_offpolicyness": 0,
     "rollout.max_concurrent_rollouts": None, "rollout.consumer_batch_size": 1,
     "rollout.scheduling_strategy.type": "separation",
     "actor.scheduling_strategy.type": "separation", "cluster.n_gpus_per_node": 8,
@@ -140,7 +143,8 @@ RULES: dict[str, Rule] = {
     "actor.backend": mapped("workload.train_layout", "fsdp / archon: ZeRO-3 over d x c with tp t, c Ulysses "
                                                      "sequence parallelism (ulysses_sp); train_software areal-fsdp "
                                                      "(ZeRO 3 only, no pipeline) / areal-archon (ZeRO 3 only, p "
-                                                     "pipeline stages); megatron: its d/t/p/c/e; d x t x p x c = the "
+                                                     "pipeline stages, e expert parallelism: its experts' tp 1, or "
+                                                     "the ffn part's t); megatron: its d/t/p/c/e; d x t x p x c = the "
                                                      "training GPUs"),
     "actor.scheduling_strategy.type": mapped("schedule.kind", "colocation (target rollout): colocated"),
     "actor.scheduling_strategy.*": ignored("process placement details: the GPUs are the backends'"),
@@ -172,6 +176,20 @@ RULES: dict[str, Rule] = {
                                                                       "op-level SAC) and memory_budget unsupported, "
                                                                       "priced as full"),
     "actor.archon.offload_params": mapped("workload.train_params.offload.fsdp_cpu_offload", "FSDP2's CPUOffloadPolicy"),
+    "actor.archon.pp_schedule": mapped("workload.train_layout.vpp", "with p > 1, its stages a rank: 1F1B 1, "
+                                       "Interleaved1F1B (the default) 2 or by pp_layers_per_stage; InterleavedZeroBubble "
+                                       "/ ZBVZeroBubble unsupported, priced as Interleaved1F1B at their stages"),
+    "actor.archon.pp_layers_per_stage": mapped("workload.train_layout.vpp", "ceil((layers + pp_first_stage_less_"
+                                               "layers + pp_last_stage_less_layers) / it) stages over p"),
+    **{f"actor.archon.pp_{end}_stage_less_layers": unsupported(
+        "archon weighs the embedding / the output as this many layers when it splits the layers over the stages "
+        "(pipeline_parallel.py generate_llm_fqn_per_model_part): rlsim splits the layers evenly and prices the "
+        "embedding and the output on the first and last stages; read in the stage count of pp_layers_per_stage",
+        neutral=1) for end in ("first", "last")},
+    "actor.archon.reshard_after_forward_policy": mapped("workload.train_params.memory.zero3_reshard_after_forward",
+                                                        "default: false with p > 1 (each layer kept gathered from "
+                                                        "its forward through its backward), true without; always "
+                                                        "true; never false"),
     "actor.archon.*": unsupported("Archon (torchtitan) option not modelled"),
     "actor.use_lora": unsupported("LoRA training is not imported (--set workload.lora...)", neutral=False),
     **{f"actor.{k}": ignored(_LORA) for k in ("lora_rank", "lora_alpha", "target_modules", "peft_type")},
@@ -326,7 +344,7 @@ def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: s
     workload = _workload(v, rollout_engine, rollout_dims, train_engine, train_dims, "workload.model" in user_sets,
                          decided)
     sched = _schedule(v, colocated, rollout_gpus, train_dims["attn"]["dp"], workload, decided,
-                      "schedule.consumer_batch_size" in user_sets)
+                      "schedule.consumer_batch_size" in user_sets, train_engine)
     gpus = (train_gpus if colocated else train_gpus + rollout_gpus) + workload.get("distillation", {}).get("devices", 0)
     per_node = v.count("cluster.n_gpus_per_node")
     topo, note = size_topology(topology, gpus, "rollout.backend + actor.backend (+ teacher.rollout.backend) world sizes",
@@ -403,7 +421,11 @@ def parse_backend(value: Any, key: str, source: str, engines: tuple[str, ...]) -
                          fix="write sizes >= 1 as d4t2p2 (data, tensor, pipeline: an inference backend takes no "
                              "c / e)" if letters == "dtp" else "write sizes >= 1 as d4t2p2c1e1 (data, tensor, "
                              "pipeline, context, expert), or ENGINE:(attn:DIMS|ffn:DIMS) without a [NAME]")
-    dims = {part: _sizes(text_dims) for part, text_dims in parts.items()}
+    if hybrid:
+        dims = {part: _sizes(text_dims) for part, text_dims in parts.items()}
+    else:   # one mapping for both parts: `dims["ffn"] is dims["attn"]` tells a plain spec (no expert t of its own)
+        sizes = _sizes(spec)
+        dims = {"attn": sizes, "ffn": sizes}
     if engine == "fsdp" and (dims["attn"]["pp"] > 1 or dims["attn"]["ep"] > 1 or dims["ffn"]["ep"] > 1):
         raise RlsimError(f"{key} {text.strip()!r}: FSDP supports data, tensor and context parallelism only",
                          source=source, field=key, fix="drop the p / e sizes, or use megatron")
@@ -459,7 +481,7 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     w["response_length"] = capped_length("response_length", min(v.count("gconfig.max_new_tokens"), max_tokens),
                                          "gconfig.max_new_tokens", src, v.result.notes)
     w["train_layout"] = without_inapplicable_layout_keys(
-        _train_layout(v, train_engine, train_dims, prompts * n // minis, decided), w.get("model"),
+        _train_layout(v, train_engine, train_dims, prompts * n // minis, w.get("model"), decided), w.get("model"),
         {"etp": "actor.backend"}, decided)
     if train_engine != "megatron":   # transformers' model code (archon: torchtitan's, op for op the same) under
         # FSDP2 (ZeRO 3), TP, Ulysses (archon: pipelines too): params.AREAL_FSDP, AREAL_ARCHON
@@ -477,6 +499,8 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     _resident_state(v, w, train_engine, decided)
     if train_engine != "megatron" and v.flag(f"actor.{train_engine}.offload_params"):
         merge_train_params(w, {"offload": {"fsdp_cpu_offload": True}})
+    if train_engine == "archon" and not _archon_reshards_after_forward(v, train_dims["attn"]["pp"]):
+        merge_train_params(w, {"memory": {"zero3_reshard_after_forward": False}})
     return w
 
 
@@ -631,7 +655,7 @@ def _choice(v: Values, key: str, choices: tuple[str, ...]) -> str:
 
 
 def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]], mini_samples: int,
-                  decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+                  model: str | None, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     attn, ffn = dims["attn"], dims["ffn"]
     layout: dict[str, Any] = {"tp": attn["tp"], "pp": attn["pp"], "cp": attn["cp"]}
     checkpointing = v.flag("actor.gradient_checkpointing")
@@ -654,7 +678,16 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
             layout["sequence_parallel"] = True   # engine/fsdp_utils/parallel.py, archon's infra/parallelize.py apply_tp)
         if attn["cp"] > 1:   # c is Ulysses there: fsdp_utils/parallel.py sp_size = cp_size, fsdp_engine.py
             layout["ulysses_sp"] = True   # patches attention with Ulysses; archon slices with archon/ulysses
+        if engine == "archon":
+            layout.update(_archon_experts(v, dims))
+            layout.update(_archon_pipeline(v, attn["pp"], model, decided))
     tokens = v.whole("actor.mb_spec.max_tokens_per_mb")
+    least = _micro_batch_count(v, engine, layout)
+    if tokens is not None and least > v.whole("actor.mb_spec.n_mbs", 1):
+        v.result.notes.append(f"archon's pipeline splits a batch into at least {least} micro-batches, a multiple of "
+                              f"p {layout['pp']} (archon_engine.py _prepare_mb_list: p x stages a rank), which "
+                              "rlsim's token budget (actor.mb_spec.max_tokens_per_mb) does not enforce; it also pads "
+                              "each to the budget (force_pad_to_maximum), which rlsim does not model")
     if tokens is not None:   # compute_logp splits the batch by the same spec
         layout["max_tokens_per_micro_batch"] = layout["logprob_max_tokens_per_micro_batch"] = tokens
         if v.whole("actor.mb_spec.n_mbs", 1) == 1:
@@ -665,8 +698,118 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
                                               "alone (priced as n_mbs 1)")
     else:   # a mini-batch's samples per data-parallel rank in n_mbs micro-batches
         per_rank = -(-mini_samples // attn["dp"])
-        layout["micro_batch"] = -(-per_rank // v.whole("actor.mb_spec.n_mbs", 1))
+        layout["micro_batch"] = -(-per_rank // least)
     return layout
+
+
+def _micro_batch_count(v: Values, engine: str, layout: Mapping[str, Any]) -> int:
+    """The fewest micro-batches a batch splits into: mb_spec.n_mbs; under archon's pipeline at least p x
+    stages a rank, rounded up to a multiple of p (archon_engine.py _prepare_mb_list: n_mbs=max(p x stages,
+    n_mbs), n_mbs_divisor=p; utils/seqpack.py rounds the count up to the divisor)."""
+    n_mbs, pp = v.whole("actor.mb_spec.n_mbs", 1), layout["pp"]
+    if engine != "archon" or pp == 1:
+        return n_mbs
+    count = max(pp * layout.get("vpp", 1), n_mbs)
+    return -(-count // pp) * pp
+
+
+def _archon_experts(v: Values, dims: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """Archon's expert layout (models/archon/parallel_dims.py ArchonParallelDims; qwen3 infra/parallelize.py
+    apply_moe_ep_tp) as rlsim's MoE folding: ep the e size; the experts' tp (etp) 1 for a plain spec
+    (alloc_mode.py: expert_tensor_parallel_size defaults to 1) or the ffn part's t, 1 or tp. With ep > 1,
+    etp 1 shards the experts over ep alone, the TP ranks borrowed by EP (train_layout.etp 1), etp = tp over
+    ep x tp (etp unset: tp); with ep 1 the experts are TP-split (unset). Its checks refuse the rest."""
+    attn, ffn = dims["attn"], dims["ffn"]
+    ep, tp, cp = ffn["ep"], attn["tp"], attn["cp"]
+    etp = 1 if ffn is attn else ffn["tp"]
+    src = v.result.source
+    if etp not in (1, tp):
+        raise RlsimError(f"archon's expert tensor parallel size {etp} is neither 1 nor the tp {tp} "
+                         "(ArchonParallelDims refuses it)", source=src, field="actor.backend",
+                         fix=f"give the ffn part t1 or t{tp}, e.g. archon:(attn:d{attn['dp']}t{tp}|ffn:t{tp}e{ep})")
+    borrowed, what = (cp, "cp") if etp == tp else (cp * tp, "cp x tp")
+    if ep > 1 and ep % borrowed:
+        raise RlsimError(f"archon's ep {ep} is not a multiple of {what} = {borrowed}: its expert groups span whole "
+                         f"{what} groups (ArchonParallelDims refuses it)", source=src, field="actor.backend",
+                         fix=f"give an e size that is a multiple of {borrowed}" +
+                             (f", or the ffn part t{tp} (then ep need be a multiple of cp alone)" if etp != tp else ""))
+    if ep == 1:
+        return {}
+    return {"ep": ep, "etp": etp} if etp != tp else {"ep": ep}
+
+
+# Archon's pipeline schedules (cli_args.py ArchonEngineConfig.pp_schedule; models/archon/pipeline_parallel.py
+# pipeline_llm): 1F1B runs one stage a rank, the others two by default (or by pp_layers_per_stage); the
+# zero-bubble ones split the backward into input and weight gradients, which rlsim's 1F1B / interleaved
+# event model (llm/pipeline.py) does not: priced as Interleaved1F1B at the same stages a rank.
+ARCHON_PP_SCHEDULES = ("1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble")
+ARCHON_ZERO_BUBBLE = ("InterleavedZeroBubble", "ZBVZeroBubble")
+ARCHON_PP_KEYS = ("actor.archon.pp_schedule", "actor.archon.pp_layers_per_stage",
+                  "actor.archon.pp_first_stage_less_layers", "actor.archon.pp_last_stage_less_layers")
+
+
+def _archon_pipeline(v: Values, pp: int, model: str | None, decided: dict[str, tuple[Status, str]]) -> dict[str, int]:
+    """train_layout.vpp: the stages a rank of archon's pipeline schedule (none without a pipeline)."""
+    if pp == 1:
+        for key in ARCHON_PP_KEYS:
+            if v.given(key):
+                decided[key] = ("ignored", "no pipeline (actor.backend p 1): archon builds no pipeline stages")
+        return {}
+    key = "actor.archon.pp_schedule"
+    schedule = _choice(v, key, ARCHON_PP_SCHEDULES)
+    per_stage = v.whole("actor.archon.pp_layers_per_stage")
+    stages = (1 if schedule == "1F1B" else 2) if per_stage is None else \
+        _archon_stages_from_layers(v, pp, schedule, per_stage, model, decided)
+    if schedule in ARCHON_ZERO_BUBBLE:
+        decided[key] = ("unsupported", f"{schedule} (zero-bubble: the backward split into its input and weight "
+                                       "gradients) is not modelled: priced as Interleaved1F1B at its "
+                                       f"{stages} stages a rank")
+    elif not v.given(key):
+        v.result.notes.append(f"archon's pipeline runs {key} {schedule} (AReaL's default): {stages} stages a rank "
+                              f"(train_layout.vpp {stages})")
+    return {"vpp": stages}
+
+
+def _archon_stages_from_layers(v: Values, pp: int, schedule: str, per_stage: int, model: str | None,
+                               decided: dict[str, tuple[Status, str]]) -> int:
+    """pipeline_llm with pp_layers_per_stage: ceil((layers + first_less + last_less) / it) virtual stages, a
+    multiple of p, 1 a rank for 1F1B, 2 or more for the others, exactly 2 for ZBVZeroBubble."""
+    key, default = "actor.archon.pp_layers_per_stage", 1 if schedule == "1F1B" else 2
+    if model is None:
+        decided[key] = ("unsupported", f"the model is given by --set, its layer count not read here: priced at "
+                                       f"{schedule}'s {default} stages a rank")
+        return default
+    from ..llm.architecture import load_model
+    layers = int(load_model(model).num_layers)
+    first, last = v.natural("actor.archon.pp_first_stage_less_layers"), v.natural("actor.archon.pp_last_stage_less_layers")
+    virtual = -(-(layers + first + last) // per_stage)
+    src, counted = v.result.source, f"ceil(({layers} + {first} + {last}) / {per_stage})"
+    if virtual % pp:
+        raise RlsimError(f"{virtual} virtual stages do not divide over p {pp} ({counted}: pipeline_llm refuses "
+                         "them)", source=src, field=key,
+                         fix=f"give a pp_layers_per_stage that makes a multiple of {pp} stages, or drop it "
+                             f"({schedule}'s {default} stages a rank)")
+    stages = virtual // pp
+    wants = {"1F1B": (stages == 1, "1 stage"), "ZBVZeroBubble": (stages == 2, "2 stages")}.get(
+        schedule, (stages >= 2, "2 or more stages"))
+    if not wants[0]:
+        raise RlsimError(f"{schedule} runs {wants[1]} a rank, and pp_layers_per_stage {per_stage} gives {stages} "
+                         f"({counted} / p {pp}: pipeline_llm refuses it)", source=src, field=key,
+                         fix=f"drop pp_layers_per_stage ({schedule}'s {default} stages a rank), or use "
+                             + ("Interleaved1F1B" if schedule == "1F1B" else "1F1B" if stages == 1 else
+                                "a pp_layers_per_stage giving 2 stages a rank"))
+    return stages
+
+
+# Archon's FSDP2 reshard policy (cli_args.py ArchonEngineConfig.reshard_after_forward_policy; qwen2 / qwen3
+# infra/parallelize.py apply_fsdp): default reshards each block after its forward unless pipelines are on
+# ("to avoid per-microbatch all-gathers"), always / never as said.
+ARCHON_RESHARD_POLICIES = ("default", "always", "never")
+
+
+def _archon_reshards_after_forward(v: Values, pp: int) -> bool:
+    policy = _choice(v, "actor.archon.reshard_after_forward_policy", ARCHON_RESHARD_POLICIES)
+    return policy == "always" or (policy == "default" and pp == 1)
 
 
 # Archon's activation checkpointing (areal 1.0.4 experimental/engine/archon_utils.py build_ac_config, with
@@ -761,8 +904,9 @@ def _refuse_a_consumer_batch_below_the_batch(v: Values, consumer: int, prompts: 
 
 
 def _schedule(v: Values, colocated: bool, rollout_gpus: int, train_dp: int, w: Mapping[str, Any],
-              decided: dict[str, tuple[Status, str]], consumer_set: bool = False) -> dict[str, Any]:
-    """consumer_set: the user's --set gives schedule.consumer_batch_size (it replaces the config's)."""
+              decided: dict[str, tuple[Status, str]], consumer_set: bool = False, engine: str = "fsdp") -> dict[str, Any]:
+    """consumer_set: the user's --set gives schedule.consumer_batch_size (it replaces the config's);
+    engine: the actor's (its micro-batch count: _micro_batch_count)."""
     s: dict[str, Any] = {"kind": "colocated" if colocated else "areal"}
     eta = v.natural("rollout.max_head_offpolicyness")
     if colocated:
@@ -796,7 +940,7 @@ def _schedule(v: Values, colocated: bool, rollout_gpus: int, train_dp: int, w: M
     layout = w["train_layout"]
     if "max_tokens_per_micro_batch" not in layout:   # compute_logp: the batch per rank in n_mbs micro-batches
         per_rank = -(-w["prompts_per_step"] * w["samples_per_prompt"] // train_dp)
-        s["forward_micro_batch"] = -(-per_rank // v.whole("actor.mb_spec.n_mbs", 1))
+        s["forward_micro_batch"] = -(-per_rank // _micro_batch_count(v, engine, layout))
     return s
 
 

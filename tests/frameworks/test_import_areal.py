@@ -319,6 +319,110 @@ def test_archon_offloads_by_its_own_key_not_the_fsdp_engines():
     assert "archon" in off.ignored["actor.fsdp.offload_params"]
 
 
+MOE = ["actor.path=Qwen/Qwen3-30B-A3B", "rollout.backend=sglang:d4"]
+
+
+@pytest.mark.parametrize(("backend", "ep", "etp"), [
+    ("archon:d4e2", 2, None),                        # tp 1: expert tp 1 is tp
+    ("archon:d2t2e2", 2, 1),                         # a plain spec: expert_tensor_parallel_size 1, EP borrows TP
+    ("archon:(attn:d2t2|ffn:d2e2)", 2, 1),           # an ffn part without t: the same
+    ("archon:(attn:d2t2|ffn:d1t2e2)", 2, None),      # ffn t = tp: ExpertTensorParallel, experts split by tp too
+    ("archon:d2t2", 1, None)])                       # ep 1: the experts TP-split (TensorParallel)
+def test_archons_expert_parallelism_folds_as_its_parallel_dims(backend, ep, etp):
+    """archon_engine.py builds ArchonParallelDims with ep = the e size and etp = expert_tensor_parallel_size
+    (alloc_mode.py: 1 for a plain spec, the ffn part's t for a hybrid one); qwen3 infra/parallelize.py
+    apply_moe_ep_tp: etp 1 shards experts over ep alone (the TP ranks borrowed by EP), etp = tp over ep x tp,
+    ep 1 over tp. rlsim's MoE folding (train_layout.etp: None is tp) says the same. The e size was dropped."""
+    r = import_config("areal", EXAMPLE, [f"actor.backend={backend}", *MOE])
+    layout = r.scenario["workload"]["train_layout"]
+    assert (layout.get("ep", 1), layout.get("etp")) == (ep, etp)
+    load_scenario(r.scenario)
+
+
+@pytest.mark.parametrize(("backend", "words"), [
+    ("archon:(attn:d2t4|ffn:d2t2e2)", "expert tensor parallel size 2 is neither 1 nor the tp 4"),
+    ("archon:d1t2c2e2", "ep 2 is not a multiple of cp x tp = 4"),           # etp 1: EP borrows cp x tp
+    ("archon:(attn:d1c4|ffn:d2e2)", "ep 2 is not a multiple of cp = 4")])   # etp = tp: EP borrows cp
+def test_archons_expert_layout_constraints_are_refused_by_field(backend, words):
+    """ArchonParallelDims.__post_init__ raises on these: refused naming actor.backend."""
+    with pytest.raises(RlsimError) as err:
+        import_config("areal", EXAMPLE, [f"actor.backend={backend}", *MOE])
+    assert words in err.value.message and err.value.field == "actor.backend" and err.value.fix
+
+
+def test_archons_expert_parallelism_on_a_dense_model_is_refused_as_megatrons(capsys):
+    code, _, err = cli(capsys, "run", "--from-areal", str(EXAMPLE), "actor.backend=archon:d2e2", "--iterations", "1")
+    assert code == 2 and "dense model" in err and "actor.backend" in err
+
+
+@pytest.mark.parametrize(("given", "vpp", "status"), [
+    ([], 2, None),                                                          # Interleaved1F1B: 2 stages a rank
+    (["+actor.archon.pp_schedule=1F1B"], 1, "mapped"),
+    (["+actor.archon.pp_schedule=Interleaved1F1B"], 2, "mapped"),
+    (["+actor.archon.pp_schedule=InterleavedZeroBubble"], 2, "unsupported"),
+    (["+actor.archon.pp_schedule=ZBVZeroBubble"], 2, "unsupported"),
+    (["+actor.archon.pp_layers_per_stage=4"], 4, "mapped"),     # ceil((28 + 1 + 1) / 4) = 8 stages over p 2
+    (["+actor.archon.pp_layers_per_stage=15", "+actor.archon.pp_schedule=1F1B"], 1, "mapped")])   # 2 over 2
+def test_archons_pipeline_runs_its_schedules_stages_per_rank(given, vpp, status):
+    """models/archon/pipeline_parallel.py pipeline_llm: 1 stage a rank for 1F1B, 2 for the interleaved and
+    zero-bubble schedules (AReaL's default Interleaved1F1B), or ceil((layers + first_less + last_less) /
+    pp_layers_per_stage) / p; the zero-bubble ones priced as interleaved 1F1B at their stages and said."""
+    r = import_config("areal", EXAMPLE, ["actor.backend=archon:d1p2", *given])
+    assert r.scenario["workload"]["train_layout"]["vpp"] == vpp
+    if status is not None:
+        assert "actor.archon.pp_schedule" in getattr(r, status) or "actor.archon.pp_layers_per_stage" in r.mapped
+    load_scenario(r.scenario)
+
+
+@pytest.mark.parametrize(("given", "words"), [
+    (["+actor.archon.pp_layers_per_stage=10"], "3 virtual stages do not divide over p 2"),
+    (["+actor.archon.pp_layers_per_stage=15"], "Interleaved1F1B runs 2 or more stages a rank"),
+    (["+actor.archon.pp_layers_per_stage=4", "+actor.archon.pp_schedule=1F1B"], "1F1B runs 1 stage a rank"),
+    (["+actor.archon.pp_layers_per_stage=5", "+actor.archon.pp_schedule=ZBVZeroBubble"],
+     "ZBVZeroBubble runs 2 stages a rank"),
+    (["+actor.archon.pp_schedule=GPipe"], "not one of AReaL's choices")])
+def test_archons_pipeline_stages_refused_as_pipeline_llm_refuses_them(given, words):
+    with pytest.raises(RlsimError) as err:
+        import_config("areal", EXAMPLE, ["actor.backend=archon:d1p2", *given])
+    assert words in err.value.message and err.value.field.startswith("actor.archon.pp_") and err.value.fix
+
+
+def test_archons_pipeline_keys_without_a_pipeline_are_ignored():
+    r = import_config("areal", EXAMPLE, ["actor.backend=archon:d4", "+actor.archon.pp_schedule=1F1B"])
+    assert "vpp" not in r.scenario["workload"]["train_layout"] and "no pipeline" in r.ignored["actor.archon.pp_schedule"]
+
+
+@pytest.mark.parametrize(("backend", "policy", "reshard"), [
+    ("archon:d1p2", None, False), ("archon:d4", None, True), ("archon:d4", "never", False),
+    ("archon:d1p2", "always", True), ("archon:d1p2", "default", False)])
+def test_archons_reshard_policy_keeps_a_pipelines_layers_gathered(backend, policy, reshard):
+    """qwen2/qwen3 infra/parallelize.py apply_fsdp: reshard_after_forward_policy default reshards after the
+    forward unless pipelines are on (each micro-batch's all-gather avoided), always / never as said ->
+    train_params.memory.zero3_reshard_after_forward (written where false)."""
+    given = [] if policy is None else [f"+actor.archon.reshard_after_forward_policy={policy}"]
+    r = import_config("areal", EXAMPLE, [f"actor.backend={backend}", *given])
+    memory = r.scenario["workload"].get("train_params", {}).get("memory", {})
+    assert memory.get("zero3_reshard_after_forward", True) is reshard
+    if policy is not None:
+        assert "actor.archon.reshard_after_forward_policy" in r.mapped
+    load_scenario(r.scenario)
+
+
+def test_archons_pipeline_splits_into_at_least_a_micro_batch_a_stage():
+    """archon_engine.py _prepare_mb_list: under pipelines at least p x stages-a-rank micro-batches, a
+    multiple of p (n_mbs_divisor), however few mb_spec.n_mbs asks for."""
+    def micro_batch(*given: str) -> int:
+        r = import_config("areal", EXAMPLE, ["actor.backend=archon:d1p2", "actor.mb_spec.max_tokens_per_mb=null",
+                                             *given])
+        return r.scenario["workload"]["train_layout"]["micro_batch"], r.scenario["schedule"]["forward_micro_batch"]
+    samples = 256 * 4   # a mini-batch's samples on the one data-parallel rank
+    assert micro_batch() == (samples // 4, samples // 4)                              # p 2 x 2 stages
+    assert micro_batch("+actor.archon.pp_schedule=1F1B") == (samples // 2, samples // 2)
+    assert micro_batch("actor.mb_spec.n_mbs=5") == (-(-samples // 6), -(-samples // 6))   # 5 up to a multiple of 2
+    r = import_config("areal", EXAMPLE, ["actor.backend=archon:d1p2"])
+    assert any("at least 4 micro-batches" in note for note in r.notes)   # a token budget: said
+
+
 def test_the_fsdp_engine_refuses_a_zero_stage_it_does_not_shard_at(capsys):
     """AReaL 1.0.4's FSDP engine fully_shards every layer with reshard_after_forward=True (fsdp_utils/parallel.py):
     areal-fsdp runs ZeRO 3 only, a layout at ZeRO 2 refused naming the field."""
