@@ -378,12 +378,15 @@ def test_every_kind_keeps_its_promises_on_the_llm_costs(kind, data):
 # ---- the engine's and the trainer's knobs on the LLM costs -------------------------------------------
 
 # The trainer stacks drawn (None: the preset's megatron-core), each with the ZeRO stages it is drawn at: verl-fsdp's 1
-# and the FSDP2 stacks' 2 (nemo-rl-dtensor, areal-fsdp, skyrl-fsdp shard as ZeRO 3 only), which their trainers have
-# not, refused by field (TrainSoftware.bounded) as a TP above 1 where it has none, and as selective recompute on the
-# transformers stacks; megatron-2022's 1 a what-if that runs.
+# and the FSDP2 stacks' 2 (nemo-rl-dtensor, areal-fsdp, areal-archon, skyrl-fsdp shard as ZeRO 3 only), which their
+# trainers have not, refused by field (TrainSoftware.bounded) as a TP above 1 where it has none, and as selective
+# recompute on the transformers stacks; megatron-2022's 1 a what-if that runs. PIPELINE_STACKS are drawn with PP 2 now
+# and then (areal-archon: torchtitan's pipeline stages under FSDP2, ZeRO 3 with pipelines).
 TRAIN_STACKS: dict[str | None, tuple[int, ...]] = {None: (1, 0, 3), "megatron-2022": (0, 1), "hf-transformers": (0, 1, 2, 3),
                                                    "verl-fsdp": (1, 2, 3), "skyrl-fsdp": (3, 3, 2), "trl": (0, 2, 3),
-                                                   "nemo-rl-dtensor": (3, 3, 2), "areal-fsdp": (3, 3, 2)}
+                                                   "nemo-rl-dtensor": (3, 3, 2), "areal-fsdp": (3, 3, 2),
+                                                   "areal-archon": (3, 3, 2)}
+PIPELINE_STACKS = (None, "megatron-2022", "areal-archon")
 WORKLOAD_FEATURES = ("multi_turn", "distillation", "served_reward", "dynamic_sampling")
 
 
@@ -400,7 +403,7 @@ def speculative_decoding(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def trainer_knobs(draw: st.DrawFn) -> dict[str, Any]:
-    """workload keys of the trainer: a stack, its TP (PP on the Megatron stacks), ZeRO stage and recompute mode;
+    """workload keys of the trainer: a stack, its TP (PP on PIPELINE_STACKS), ZeRO stage and recompute mode;
     on the DeepSpeed stacks (hf-transformers, trl) now and then the ZeRO keys OpenRLHF's and TRL's importers
     write (frameworks/deepspeed_zero.py zero_train_params) with their ZeRO-Offload (ds.adam_offload; at ZeRO-3
     the parameters too, fsdp_cpu_offload) and fp32 accumulation beside bf16 or fp16 weights; LoRA."""
@@ -408,7 +411,7 @@ def trainer_knobs(draw: st.DrawFn) -> dict[str, Any]:
     megatron = stack in (None, "megatron-2022")
     layout: dict[str, Any] = {"zero": draw(st.sampled_from(TRAIN_STACKS[stack])),
                               "tp": draw(st.sampled_from([1, 2, 4] if megatron else [1, 1, 1, 2]))}
-    if megatron and draw(st.integers(0, 3)) == 0:
+    if stack in PIPELINE_STACKS and draw(st.integers(0, 3)) == 0:
         layout["pp"] = 2
     if draw(st.booleans()):
         layout["recompute"] = draw(st.sampled_from(["full", "none", "selective"]))
