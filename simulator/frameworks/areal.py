@@ -29,6 +29,7 @@ from .common import (
     begin_workload,
     capped_length,
     classify,
+    has_experts,
     hf_train_software,
     ignored,
     inactive_section,
@@ -144,8 +145,8 @@ RULES: dict[str, Rule] = {
                                                      "sequence parallelism (ulysses_sp); train_software areal-fsdp "
                                                      "(ZeRO 3 only, no pipeline) / areal-archon (ZeRO 3 only, p "
                                                      "pipeline stages, e expert parallelism: its experts' tp 1, or "
-                                                     "the ffn part's t); megatron: its d/t/p/c/e; d x t x p x c = the "
-                                                     "training GPUs"),
+                                                     "the ffn part's t); megatron: its d/t/p/c/e, the experts' tp 1 "
+                                                     "(or the ffn part's t); d x t x p x c = the training GPUs"),
     "actor.scheduling_strategy.type": mapped("schedule.kind", "colocation (target rollout): colocated"),
     "actor.scheduling_strategy.*": ignored("process placement details: the GPUs are the backends'"),
     "actor.ppo_n_minibatches": mapped("workload.mini_batch_prompts", "train_dataset.batch_size / ppo_n_minibatches"),
@@ -482,7 +483,7 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
                                          "gconfig.max_new_tokens", src, v.result.notes)
     w["train_layout"] = without_inapplicable_layout_keys(
         _train_layout(v, train_engine, train_dims, prompts * n // minis, w.get("model"), decided), w.get("model"),
-        {"etp": "actor.backend"}, decided)
+        {}, decided)   # etp: set on MoE models only (_megatron_expert_tp, _archon_experts)
     if train_engine != "megatron":   # transformers' model code (archon: torchtitan's, op for op the same) under
         # FSDP2 (ZeRO 3), TP, Ulysses (archon: pipelines too): params.AREAL_FSDP, AREAL_ARCHON
         w["train_software"] = hf_train_software(False, f"areal-{train_engine}")
@@ -661,8 +662,7 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
     checkpointing = v.flag("actor.gradient_checkpointing")
     if engine == "megatron":
         layout["ep"] = ffn["ep"]
-        if ffn is not attn and ffn["tp"] != attn["tp"]:
-            layout["etp"] = ffn["tp"]
+        layout.update(_megatron_expert_tp(v, dims, model))
         layout["vpp"] = v.whole("actor.megatron.virtual_pipeline_parallel_size", 1)
         layout["zero"] = 1 if v.flag("actor.megatron.ddp.use_distributed_optimizer") else 0
         granularity = _choice(v, "actor.megatron.recompute_granularity", ("full", "selective"))
@@ -700,6 +700,24 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
         per_rank = -(-mini_samples // attn["dp"])
         layout["micro_batch"] = -(-per_rank // least)
     return layout
+
+
+def _megatron_expert_tp(v: Values, dims: Mapping[str, Mapping[str, int]], model: str | None) -> dict[str, int]:
+    """The megatron engine's expert tensor-parallel size: ParallelStrategy.expert_tensor_parallel_size, which
+    megatron_engine.py hands to mpu.initialize_model_parallel (areal 1.0.4): 1 for a plain spec (alloc_mode.py's
+    dataclass default), the hybrid spec's ffn t (1 when it gives none). AReaL never leaves it None, so
+    Megatron-Core's default (the experts split over tp) does not apply. train_layout.etp where it differs from
+    tp, on a model with experts (a dense model has none to split; a model given by --set, unread here, is
+    taken as MoE at e > 1, and at e 1 a note says how to give it)."""
+    attn, ffn = dims["attn"], dims["ffn"]
+    etp = 1 if ffn is attn else ffn["tp"]
+    if etp == attn["tp"]:
+        return {}
+    if model is None and ffn["ep"] == 1:
+        v.result.notes.append(f"actor.backend: AReaL's megatron engine splits the experts over expert tp {etp} "
+                              f"(expert_tensor_parallel_size), not tp {attn['tp']}; the model, given by --set, is "
+                              f"not read here: for an MoE model give --set workload.train_layout.etp={etp}")
+    return {"etp": etp} if has_experts(model, ffn["ep"]) else {}
 
 
 def _micro_batch_count(v: Values, engine: str, layout: Mapping[str, Any]) -> int:

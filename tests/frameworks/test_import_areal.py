@@ -111,6 +111,46 @@ def test_megatron_backend_and_expert_layout():
     load_scenario(r.scenario)
 
 
+MEGATRON_MOE = ["actor.path=Qwen/Qwen3-30B-A3B", "rollout.backend=sglang:d2t4"]
+
+
+@pytest.mark.parametrize(("backend", "ep", "etp"), [
+    ("megatron:d4t2e4", 4, 1),                         # a plain spec: expert_tensor_parallel_size 1, not tp 2
+    ("megatron:d4t2", 1, 1),                           # ep 1 too: the experts whole on each rank, DP over tp x dp
+    ("megatron:d8e8", 8, None),                        # tp 1: expert tp 1 is tp
+    ("megatron:(attn:d4t2|ffn:d2t2e4)", 4, None),      # the ffn part's t = tp
+    ("megatron:(attn:d4t2|ffn:d2e4)", 4, 1),           # an ffn part without t: 1
+    ("megatron:(attn:d2t4|ffn:d2t2e2)", 2, 2)])        # any other t: Megatron-Core takes it
+def test_the_megatron_engines_expert_tp_is_areals_not_megatrons_default(backend, ep, etp):
+    """AReaL 1.0.4's megatron engine hands ParallelStrategy.expert_tensor_parallel_size to
+    mpu.initialize_model_parallel (engine/megatron_engine.py): 1 for a plain spec (alloc_mode.py's dataclass
+    default), the ffn part's t for a hybrid one (1 when it gives none). It never leaves it None, so
+    Megatron-Core's default (etp = tp) never applies; rlsim took it for a plain spec (etp unset: tp)."""
+    r = import_config("areal", EXAMPLE, [f"actor.backend={backend}", *MEGATRON_MOE])
+    layout = r.scenario["workload"]["train_layout"]
+    assert (layout.get("ep", 1), layout.get("etp")) == (ep, etp)
+    assert r.mapped["actor.backend"].startswith("workload.train_layout")
+    load_scenario(r.scenario)
+
+
+@pytest.mark.parametrize("backend", ["megatron:d2t2", "megatron:(attn:d2t2|ffn:d4)"])
+def test_the_megatron_engines_expert_tp_on_a_dense_model_is_left_out_and_the_backend_stays_mapped(backend):
+    """A dense model has no experts to split: no etp (a scenario refuses it), and actor.backend, which
+    gives the whole layout, stays mapped (it was listed ignored, 'a dense model', beside a hybrid spec)."""
+    r = import_config("areal", EXAMPLE, [f"actor.backend={backend}"])
+    assert "etp" not in r.scenario["workload"]["train_layout"]
+    assert "actor.backend" in r.mapped and "actor.backend" not in r.ignored
+    load_scenario(r.scenario)
+
+
+def test_the_megatron_engines_expert_tp_beside_a_model_given_by_set_is_said(capsys):
+    """The model given by --set (not read by the import): its experts are known only by e > 1; at e 1 a
+    note says the expert tp rlsim leaves at tp, and how to give AReaL's."""
+    r = import_config("areal", EXAMPLE, ["actor.backend=megatron:d2t2"], user_sets=("workload.model",))
+    assert "etp" not in r.scenario["workload"]["train_layout"]
+    assert any("workload.train_layout.etp=1" in note for note in r.notes)
+
+
 @pytest.mark.parametrize(("backend", "ulysses"), [("fsdp:d2c2", True), ("archon:d2c2", True),
                                                   ("megatron:d2c2", None), ("fsdp:d4", None)])
 def test_the_context_size_of_fsdp_and_archon_is_ulysses(backend, ulysses):
