@@ -26,6 +26,7 @@ from .common import (
     capped_length,
     classify,
     flag,
+    has_experts,
     hf_train_software,
     ignored,
     inactive_section,
@@ -52,6 +53,9 @@ DEFAULTS: dict[str, Any] = {
     "policy.train_micro_batch_size": 4, "policy.sequence_packing.enabled": True,
     "policy.megatron_cfg.enabled": False, "cluster.num_nodes": 1, "cluster.gpus_per_node": 1,
     "policy.generation.vllm_cfg.async_engine": False,
+    # megatron_cfg's expert TP: 1 in grpo_math_1B.yaml, so in every recipe chained to it (nemo-v05/*.yaml: the
+    # llama3.1-8b recipe, which sets no expert size, runs at 1), not Megatron-Core's None (= tp)
+    "policy.megatron_cfg.expert_tensor_parallel_size": 1,
 }
 
 _LOG = "logging: no effect on step time"
@@ -154,7 +158,8 @@ RULES: dict[str, Rule] = {
                                                                  neutral=False),
     f"{_M}.optimizer.*": ignored(_LR),
     f"{_M}.scheduler.*": ignored(_LR),
-    f"{_M}.expert_tensor_parallel_size": mapped("workload.train_layout.etp", "MoE parallel folding"),
+    f"{_M}.expert_tensor_parallel_size": mapped("workload.train_layout.etp", "MoE parallel folding; left out: "
+                                                "grpo_math_1B.yaml's 1; null: Megatron's, tp"),
     f"{_M}.num_layers_in_first_pipeline_stage": mapped("workload.train_layout.pp_first_stage_layers"),
     f"{_M}.num_layers_in_last_pipeline_stage": mapped("workload.train_layout.pp_last_stage_layers"),
     f"{_M}.*": unsupported("Megatron option not modelled (kernel fusions, router, memory levels)"),
@@ -346,7 +351,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["response_length"] = capped_length("response_length", min(new_tokens, tmax), f"{_G}.max_new_tokens", src, v.result.notes)
     keys = ({"sequence_parallel": f"{_M}.sequence_parallel", "etp": f"{_M}.expert_tensor_parallel_size"}
             if v.flag(f"{_M}.enabled") else {"sequence_parallel": "policy.dtensor_cfg.sequence_parallel"})
-    w["train_layout"] = without_inapplicable_layout_keys(_train_layout(v), w.get("model"), keys, decided)
+    w["train_layout"] = without_inapplicable_layout_keys(_train_layout(v, w.get("model")), w.get("model"), keys,
+                                                         decided)
     if not v.flag(f"{_M}.enabled"):   # the DTensor policy trains transformers' model code: params.NEMO_RL_DTENSOR
         w["train_software"] = hf_train_software(False, "nemo-rl-dtensor")
     w["rollout_layout"] = _rollout_layout(v)
@@ -421,7 +427,9 @@ def _packing_budgets(v: Values, layout: dict[str, Any], decided: dict[str, tuple
                                                                      "logprob_mb_tokens", src)
 
 
-def _train_layout(v: Values) -> dict[str, Any]:
+def _train_layout(v: Values, model: str | None) -> dict[str, Any]:
+    """``model``: the workload.model mapped (None: given by --set): the expert TP's default (1) is read on a
+    model with experts alone, as Megatron splits nothing on a dense one."""
     packing = v.flag("policy.sequence_packing.enabled")
     micro = 1 if packing else v.whole("policy.train_micro_batch_size", 1)
     if v.flag(f"{_M}.enabled"):
@@ -436,8 +444,11 @@ def _train_layout(v: Values) -> dict[str, Any]:
         # the distributed optimizer unless the recipe turns it off (null: Megatron's default, on)
         distributed = f"{_M}.optimizer.use_distributed_optimizer"
         layout["zero"] = 1 if v(distributed) is None or v.flag(distributed) else 0
-        for key, rl in (("expert_tensor_parallel_size", "etp"), ("num_layers_in_first_pipeline_stage",
-                        "pp_first_stage_layers"), ("num_layers_in_last_pipeline_stage", "pp_last_stage_layers")):
+        etp_key = f"{_M}.expert_tensor_parallel_size"   # null: Megatron's default, the experts split over tp
+        if (v.given(etp_key) or has_experts(model, layout["ep"])) and (etp := v.whole(etp_key)) is not None:
+            layout["etp"] = etp
+        for key, rl in (("num_layers_in_first_pipeline_stage", "pp_first_stage_layers"),
+                        ("num_layers_in_last_pipeline_stage", "pp_last_stage_layers")):
             if (value := v.whole(f"{_M}.{key}")) is not None:
                 layout[rl] = value
         return layout

@@ -743,6 +743,30 @@ def test_nemo_rl_megatron_expert_tp_and_uneven_stages_are_mapped(capsys, tmp_pat
         {"pp": 2, "pp_first_stage_layers": 23, "pp_last_stage_layers": 25, "etp": 1}
 
 
+NEMO_MOE = ["policy.model_name=Qwen/Qwen3-30B-A3B", "policy.megatron_cfg.tensor_model_parallel_size=2",
+            "policy.megatron_cfg.pipeline_model_parallel_size=1", "policy.megatron_cfg.expert_model_parallel_size=8"]
+
+
+def test_nemo_rl_megatron_expert_tp_left_out_is_its_base_recipes_1():
+    """NeMo RL v0.5's grpo_math_1B.yaml gives megatron_cfg.expert_tensor_parallel_size 1, which every recipe
+    chained to it inherits (../shared/reference/nemo-v05: the llama3.1-8b recipe, which sets no expert sizes,
+    runs at 1); a recipe with its base inlined and the key left out was imported at etp unset (= tp), the
+    experts split 2 ways more than NeMo RL splits them. Said in a note; on a dense model left out and unsaid."""
+    recipe = EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml"
+    key = "policy.megatron_cfg.expert_tensor_parallel_size"
+    moe = import_config("nemo-rl", recipe, NEMO_MOE)
+    assert moe.scenario["workload"]["train_layout"]["etp"] == 1
+    assert any(note.startswith(f"{key} not given: nemo-rl's default 1") for note in moe.notes)
+    load_scenario(moe.scenario)
+    given = import_config("nemo-rl", recipe, [*NEMO_MOE, f"+{key}=2"])
+    assert given.scenario["workload"]["train_layout"]["etp"] == 2
+    null = import_config("nemo-rl", recipe, [*NEMO_MOE, f"+{key}=null"])      # Megatron's default: tp
+    assert "etp" not in null.scenario["workload"]["train_layout"]
+    dense = import_config("nemo-rl", recipe, ["policy.megatron_cfg.tensor_model_parallel_size=2"])
+    assert "etp" not in dense.scenario["workload"]["train_layout"]
+    assert key not in dense.ignored and not any(key in note for note in dense.notes)
+
+
 # verl's megatron workers recompute as Megatron's TransformerConfig overrides say (none by default)
 VERL_FULL_RECOMPUTE = "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity=full"
 
