@@ -1771,7 +1771,8 @@ def _mark_mtp(v: Values, names: tuple[str, ...], reason: str, decided: dict[str,
 
 def _expert_tp_default(v: Values, w: dict[str, Any]) -> None:
     """actor.megatron.expert_tensor_parallel_size absent on an MoE model at tp > 1: rlsim takes verl
-    0.6.1+'s default, null (Megatron's expert TP = tp: engine/megatron.yaml 0.6.1, 0.7.0), and says
+    0.6.1+'s default, null (Megatron's expert TP = tp: engine/megatron.yaml 0.6.1, 0.7.0, 0.9.1, whose
+    workers/engine/megatron/transformer_impl.py hands it to mpu.initialize_model_parallel as None), and says
     that verl 0.6.0 defaulted to 1 (its engine/megatron.yaml), which splits the experts differently."""
     layout, key = w["train_layout"], f"{A}.actor.megatron.expert_tensor_parallel_size"
     if str(v(f"{A}.actor.strategy")) != "megatron" or v.given(key) or layout.get("tp", 1) == 1:

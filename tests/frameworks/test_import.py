@@ -1164,6 +1164,12 @@ def test_verl_megatron_expert_tp_default_is_said_where_verl_versions_differ():
                          [*QUICKSTART, "actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B",
                           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4", "trainer.n_gpus_per_node=4"])
     assert v060.scenario["workload"]["train_layout"]["etp"] == 1
+    # verl 0.9.1: engine/megatron.yaml null, which workers/engine/megatron/transformer_impl.py hands to
+    # mpu.initialize_model_parallel (and the bridge's provider) as None: Megatron-Core's etp = tp
+    v091 = import_config("verl", DATA / "verl-0.9.1-generated-ppo-megatron-trainer.yaml",
+                         [*QUICKSTART, "actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B",
+                          "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4", "trainer.n_gpus_per_node=4"])
+    assert "etp" not in v091.scenario["workload"]["train_layout"]
 
 
 def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():

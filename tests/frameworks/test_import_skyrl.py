@@ -199,6 +199,19 @@ def test_the_old_log_prob_pass_is_skipped_only_as_skyrl_skips_it():
     assert old_pass("trainer.algorithm.policy_loss_type=rollout_is", "generator.sampling_params.logprobs=null") is True
 
 
+def test_megatrons_expert_tp_left_out_is_megatron_cores_tp():
+    """SkyRL 0.3.0's megatron_config.expert_tensor_parallel_size defaults to None, which megatron_strategy.py
+    hands to mpu.initialize_model_parallel (and megatron_worker.py to the bridge's provider) as is:
+    Megatron-Core's default, the experts split over tp (train_layout.etp unset); a given size is taken."""
+    moe = ["trainer.strategy=megatron", "trainer.policy.model.path=Qwen/Qwen3-30B-A3B",
+           "trainer.policy.megatron_config.tensor_model_parallel_size=2",
+           "trainer.policy.megatron_config.expert_model_parallel_size=4"]
+    left_out = import_config("skyrl", EXAMPLE, moe)
+    assert "etp" not in left_out.scenario["workload"]["train_layout"]
+    given = import_config("skyrl", EXAMPLE, [*moe, "trainer.policy.megatron_config.expert_tensor_parallel_size=1"])
+    assert given.scenario["workload"]["train_layout"]["etp"] == 1
+
+
 def test_megatron_dynamic_sampling_and_a_critic_are_read():
     r = import_config("skyrl", EXAMPLE, [
         "trainer.strategy=megatron", "trainer.policy.megatron_config.tensor_model_parallel_size=2",
