@@ -424,6 +424,7 @@ def parse_backend(value: Any, key: str, source: str, engines: tuple[str, ...]) -
                              "pipeline, context, expert), or ENGINE:(attn:DIMS|ffn:DIMS) without a [NAME]")
     if hybrid:
         dims = {part: _sizes(text_dims) for part, text_dims in parts.items()}
+        _check_ffn_world(dims, parts["ffn"], key, source)
     else:   # one mapping for both parts: `dims["ffn"] is dims["attn"]` tells a plain spec (no expert t of its own)
         sizes = _sizes(spec)
         dims = {"attn": sizes, "ffn": sizes}
@@ -431,6 +432,34 @@ def parse_backend(value: Any, key: str, source: str, engines: tuple[str, ...]) -
         raise RlsimError(f"{key} {text.strip()!r}: FSDP supports data, tensor and context parallelism only",
                          source=source, field=key, fix="drop the p / e sizes, or use megatron")
     return engine, dims
+
+
+def _check_ffn_world(dims: dict[str, dict[str, int]], ffn_text: str, key: str, source: str) -> None:
+    """A hybrid spec's ffn part as AReaL's hybrid_train_para (api/alloc_mode.py) takes it: its p the
+    attention's (inherited when left out), its d derived from the attention world when left out (which
+    p x t x e must divide), its world d x p x t x e the attention's; it raises on the rest. Fills in the
+    inherited p and derived d."""
+    attn, ffn = dims["attn"], dims["ffn"]
+    given = set(re.findall(r"([dptce])\s*\d+", ffn_text))
+    world = _world(dims, "attn")
+    spec = f"{key}: AReaL's hybrid spec"
+    if "p" in given and ffn["pp"] != attn["pp"]:
+        raise RlsimError(f"{spec}: the ffn part's p{ffn['pp']} is not the attention's p{attn['pp']} (alloc_mode.py "
+                         "refuses it)", source=source, field=key,
+                         fix=f"give the ffn part p{attn['pp']}, or leave its p out (it takes the attention's)")
+    ffn["pp"] = attn["pp"]
+    rest = ffn["pp"] * ffn["tp"] * ffn["ep"]
+    if "d" not in given:
+        if world % rest:
+            raise RlsimError(f"{spec}: the attention world {world} does not divide over the ffn part's p{ffn['pp']} "
+                             f"x t{ffn['tp']} x e{ffn['ep']} = {rest} (alloc_mode.py cannot derive its d)",
+                             source=source, field=key, fix=f"give the ffn part t x e dividing {world // ffn['pp']}")
+        ffn["dp"] = world // rest
+    elif ffn["dp"] * rest != world:
+        raise RlsimError(f"{spec}: its expert world {ffn['dp'] * rest} (d{ffn['dp']} x p{ffn['pp']} x t{ffn['tp']} x "
+                         f"e{ffn['ep']}) is not the attention world {world} (alloc_mode.py refuses it)",
+                         source=source, field=key,
+                         fix="give the ffn part d x p x t x e = " + str(world) + ", or leave its d out (derived)")
 
 
 def _sizes(text_dims: str) -> dict[str, int]:

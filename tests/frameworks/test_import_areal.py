@@ -100,8 +100,23 @@ def test_a_bad_backend_spec_is_named(spec, words):
     assert words in err.value.message and err.value.field == "actor.backend"
 
 
+@pytest.mark.parametrize(("spec", "words"), [
+    ("megatron:(attn:d2p2t2|ffn:d2p2e4)", "expert world 16 (d2 x p2 x t1 x e4) is not the attention world 8"),
+    ("megatron:(attn:d4t2|ffn:d2t2e4)", "expert world 16 (d2 x p1 x t2 x e4) is not the attention world 8"),
+    ("archon:(attn:d2t2|ffn:d4e2)", "expert world 8 (d4 x p1 x t1 x e2) is not the attention world 4"),
+    ("megatron:(attn:d2t2|ffn:e8)", "the attention world 4 does not divide over the ffn part's p1 x t1 x e8"),
+    ("megatron:(attn:d2p2t2|ffn:p1e2)", "the ffn part's p1 is not the attention's p2")])
+def test_a_hybrid_specs_ffn_part_spans_the_attentions_gpus(spec, words):
+    """AReaL's hybrid_train_para (api/alloc_mode.py): the ffn part's p is the attention's (inherited when
+    left out), its d derived from the attention world when left out (which p x t x e must divide), and the
+    expert world d x p x t x e must be the attention's; else it raises. rlsim took such specs (the ffn d unread)."""
+    with pytest.raises(RlsimError) as err:
+        parse_backend(spec, "actor.backend", "x.yaml", ("fsdp", "megatron", "archon"))
+    assert words in err.value.message and err.value.field == "actor.backend" and err.value.fix
+
+
 def test_megatron_backend_and_expert_layout():
-    r = import_config("areal", EXAMPLE, ["actor.backend=megatron:(attn:d2p2t2|ffn:d2p2e4)",
+    r = import_config("areal", EXAMPLE, ["actor.backend=megatron:(attn:d2p2t2|ffn:d1p2e4)",
                                          "actor.path=Qwen/Qwen3-30B-A3B", "rollout.backend=sglang:d2t4"])
     layout = r.scenario["workload"]["train_layout"]
     assert (layout["tp"], layout["pp"], layout["ep"], layout["zero"], layout["recompute"]) == (2, 2, 4, 1, "full")
@@ -118,7 +133,7 @@ MEGATRON_MOE = ["actor.path=Qwen/Qwen3-30B-A3B", "rollout.backend=sglang:d2t4"]
     ("megatron:d4t2e4", 4, 1),                         # a plain spec: expert_tensor_parallel_size 1, not tp 2
     ("megatron:d4t2", 1, 1),                           # ep 1 too: the experts whole on each rank, DP over tp x dp
     ("megatron:d8e8", 8, None),                        # tp 1: expert tp 1 is tp
-    ("megatron:(attn:d4t2|ffn:d2t2e4)", 4, None),      # the ffn part's t = tp
+    ("megatron:(attn:d4t2|ffn:d1t2e4)", 4, None),      # the ffn part's t = tp
     ("megatron:(attn:d4t2|ffn:d2e4)", 4, 1),           # an ffn part without t: 1
     ("megatron:(attn:d2t4|ffn:d2t2e2)", 2, 2)])        # any other t: Megatron-Core takes it
 def test_the_megatron_engines_expert_tp_is_areals_not_megatrons_default(backend, ep, etp):
