@@ -2211,6 +2211,10 @@ def _without_replaced_laws(base: dict[str, Any], spec: Mapping[str, Any]) -> dic
 
 def _normalise_topology(spec: Any) -> dict[str, Any]:
     if isinstance(spec, (str, Path)):
+        if not str(spec).strip():   # named by the key given (topology, --topology), not the preset it becomes
+            raise RlsimError("empty topology name", field="topology",
+                             fix=f"give a preset name ({', '.join(presets.preset_names('topologies'))}) or a "
+                                 "path to a YAML file")
         return {"preset": str(spec)}
     if isinstance(spec, Mapping):
         return dict(spec)
