@@ -19,7 +19,12 @@ Cost of one step (all formulas in docs/cost-models-inference.md):
 - prefill of newly admitted sequences: a separate compute-bound step that yields their first token
   (a preempted sequence re-prefills its prompt and the tokens it had generated: recompute).
 KV capacity: (HBM x gpu_memory_utilization - weights - workspace) / KV bytes per token, per device.
-When the next step would not fit, the newest running sequence is preempted.
+A decode step of a sequence holding c tokens (prompt + generated) needs c slots: it writes the KV of
+its newest token, the one it samples has none yet (vLLM 0.11 v1/core/sched/scheduler.py schedule:
+num_new_tokens = num_tokens - num_computed_tokens = 1, kv_cache_manager.py allocate_slots:
+num_computed_tokens + num_new_tokens; SGLang schedule_batch.py prepare_for_decode allocates one
+slot a request for its input token). When the next step would not fit, the newest running
+sequence is preempted.
 """
 from __future__ import annotations
 
@@ -1087,7 +1092,8 @@ class RolloutEngine:
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(f"bad sequence {ids[i]}: prompt {p[i]}, response {r[i]}, generated {g[i]}")
-        too_long = p + r + 1 + self.seq_kv > self.replica_capacity
+        # its last step holds p + r - 1 slots; a resumed one re-admitted with r - 1 made needs p + r (_admit)
+        too_long = p + r + self.seq_kv > self.replica_capacity
         if too_long.any():
             i = int(np.argmax(too_long))
             pages = f" and {self.cost.seq_kv_what} ({self.seq_kv} tokens' worth)" if self.seq_kv else ""
@@ -1473,12 +1479,12 @@ class RolloutEngine:
         slot = self._waiting[0]
         ctx = self._p[slot] + self._g[slot]
         pages = self.seq_kv * (self._n + 1)   # the running ones' and its pages beside their tokens
-        if self._K + ctx + 1 + self._n + 1 + pages > self.capacity:
+        if self._K + ctx + 1 + pages > self.capacity:
             return None
         arrival = self._arrival[slot]
         ahead = 0 if arrival <= self.t else self._steps_by(arrival - self.t) + 1
         if self._reserve and self._n and (ctx + self._reserve_need() + pages
-                                          >= self.capacity - self._K - self._n * ahead - self._reserved(ahead)):
+                                          >= self.capacity - self._K + self._n - self._n * ahead - self._reserved(ahead)):
             return None
         return ahead
 
@@ -1519,7 +1525,7 @@ class RolloutEngine:
         g, sadm, p, state, epochs = self._g, self._sadm, self._p, self._state, self._epoch
         order = sorted(self._live_running(), key=lambda slot: (g[slot] + step - sadm[slot], -p[slot]))
         first = True
-        while self._n > 1 and (first or self.capacity - self._K - self.seq_kv * self._n < headroom * self._n):
+        while self._n > 1 and (first or self.capacity - self._K + self._n - self.seq_kv * self._n < headroom * self._n):
             first = False
             slot = order.pop(0)
             made = g[slot] + step - sadm[slot]
@@ -1547,7 +1553,7 @@ class RolloutEngine:
             while self._heap and self._stale(self._heap[0]):
                 heapq.heappop(self._heap)
             k = self._heap[0][0] - self._S
-            k = min(k, max(0, (self.capacity - self._K - self.seq_kv * self._n) // self._n))  # steps the KV cache holds
+            k = min(k, max(0, (self.capacity - self._K - self.seq_kv * self._n) // self._n + 1))  # steps the KV cache holds
             ahead = self._head_arrival_steps()
             if ahead is not None:
                 k = min(k, ahead)
@@ -1602,7 +1608,7 @@ class RolloutEngine:
                         pop(heap)
                     K = self._K
                     k = head[0] - self._S
-                    room = (cap - K - seq_kv * n) // n  # steps the KV cache holds: k = min(k, max(0, room))
+                    room = (cap - K - seq_kv * n) // n + 1  # steps the KV cache holds: k = min(k, max(0, room))
                     if room < k:
                         k = room if room > 0 else 0
                     lines = self._lines
@@ -1669,7 +1675,7 @@ class RolloutEngine:
             if n < self._n:   # a request finished: SGLang tries its waiting queue again
                 self._full = False
             self._n, self._K = n, K
-            if n and K + n * (1 + seq_kv) > cap:
+            if n and K + n * seq_kv > cap:
                 self._preempt()
             if waiting:
                 self._admit()
@@ -1685,7 +1691,7 @@ class RolloutEngine:
             self._retract()
             return
         state, epochs, step = self._state, self._epoch, self._S
-        while self._n and self._K + self._n * (1 + self.seq_kv) > self.capacity:
+        while self._n and self._K + self._n * self.seq_kv > self.capacity:
             slot, epoch = self._stack.pop()
             if state[slot] != _RUNNING or epochs[slot] != epoch:
                 continue
@@ -1710,12 +1716,12 @@ class RolloutEngine:
         if self._full and n0:   # (an idle engine always tries: nothing runs that could free room)
             return
         reserve = self._reserve
-        room = cap - kv - seq_kv * n - self._reserved() if reserve else 0.0   # SGLang's rem_total_tokens
+        room = cap - kv + n - seq_kv * n - self._reserved() if reserve else 0.0   # SGLang's rem_total_tokens
         need = self._reserve_need() if reserve else 0
         while waiting and n < max_n:
             slot = waiting[0]
             ctx = p[slot] + g_of[slot]
-            if kv + ctx + n + 2 + seq_kv * (n + 1) > cap or arrival[slot] > now:  # room for it and one more step
+            if kv + ctx + 1 + seq_kv * (n + 1) > cap or arrival[slot] > now:  # room for it and one more step
                 break
             if reserve:
                 if ctx + need + seq_kv >= room and n:   # (an empty engine takes its first request whatever it reserves)
@@ -1771,7 +1777,7 @@ class RolloutEngine:
             return steps * cost.prefill_s(tokens / steps, pairs / steps, len(pieces) / steps), 0
         while self._heap and self._stale(self._heap[0]):
             heapq.heappop(self._heap)
-        ride = min(steps, self._heap[0][0] - self._S, max(0, (self.capacity - kv_after) // riders))
+        ride = min(steps, self._heap[0][0] - self._S, max(0, (self.capacity - kv_after) // riders + 1))
         return cost.mixed_s(riders, self._K, tokens, pairs, len(pieces), steps), max(0, ride)
 
     def _enter(self, admitted: list[tuple[int, int]], end: float, n: int, kv: int) -> None:

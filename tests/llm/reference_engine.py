@@ -444,7 +444,7 @@ class RolloutEngine:
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(f"bad sequence {ids[i]}: prompt {p[i]}, response {r[i]}, generated {g[i]}")
-        too_long = p + r + 1 > self.replica_capacity
+        too_long = p + r > self.replica_capacity   # a step needs its tokens' slots
         if too_long.any():
             i = int(np.argmax(too_long))
             raise RlsimError(
@@ -596,7 +596,7 @@ class RolloutEngine:
         if not self._waiting or self._n >= self.max_running:
             return False
         slot = self._waiting[0]
-        return self._K + self._p[slot] + self._g[slot] + 1 + self._n + 1 <= self.capacity
+        return self._K + self._p[slot] + self._g[slot] + 1 <= self.capacity
 
     def _next_event(self) -> tuple[float, int]:
         """(time, decode steps until it) of the next admission, finish or preemption."""
@@ -608,7 +608,7 @@ class RolloutEngine:
             while self._heap and self._stale(self._heap[0]):
                 heapq.heappop(self._heap)
             k = self._heap[0][0] - self._S
-            k = min(k, max(0, (self.capacity - self._K) // self._n))  # steps the KV cache holds
+            k = min(k, max(0, (self.capacity - self._K) // self._n + 1))  # steps the KV cache holds
             if self._room_for_head():
                 arrival = self._arrival[self._waiting[0]]
                 k = min(k, 0 if arrival <= self.t else self._steps_by(arrival - self.t) + 1)
@@ -660,7 +660,7 @@ class RolloutEngine:
                         pop(heap)
                     K = self._K
                     k = head[0] - self._S
-                    room = (cap - K) // n  # steps the KV cache holds: k = min(k, max(0, room))
+                    room = (cap - K) // n + 1  # steps the KV cache holds: k = min(k, max(0, room))
                     if room < k:
                         k = room if room > 0 else 0
                     lines = self._lines
@@ -722,7 +722,7 @@ class RolloutEngine:
                     K -= p_of[slot] + r_of[slot]
                     outbox.append((time, id_of[slot], slot))
             self._n, self._K = n, K
-            if n and K + n > cap:
+            if n and K > cap:
                 self._preempt()
             if waiting:
                 self._admit()
@@ -735,7 +735,7 @@ class RolloutEngine:
     def _preempt(self) -> None:
         """Preempt the newest until the next step fits (recompute: it re-prefills what it has)."""
         state, epochs, step = self._state, self._epoch, self._S
-        while self._n and self._K + self._n > self.capacity:
+        while self._n and self._K > self.capacity:
             slot, epoch = self._stack.pop()
             if state[slot] != _RUNNING or epochs[slot] != epoch:
                 continue
@@ -760,7 +760,7 @@ class RolloutEngine:
         while waiting and n < max_n:
             slot = waiting[0]
             ctx = p[slot] + g_of[slot]
-            if kv + ctx + n + 2 > cap or arrival[slot] > now:  # room for it and one more step
+            if kv + ctx + 1 > cap or arrival[slot] > now:  # room for it and one more step
                 break
             waiting.popleft()
             admitted.append((slot, g_of[slot]))
@@ -807,7 +807,7 @@ class RolloutEngine:
             return steps * cost.prefill_s(tokens / steps, pairs / steps, len(pieces) / steps), 0
         while self._heap and self._stale(self._heap[0]):
             heapq.heappop(self._heap)
-        ride = min(steps, self._heap[0][0] - self._S, max(0, (self.capacity - kv_after) // riders))
+        ride = min(steps, self._heap[0][0] - self._S, max(0, (self.capacity - kv_after) // riders + 1))
         return cost.mixed_s(riders, self._K, tokens, pairs, len(pieces), steps), max(0, ride)
 
     def _enter(self, admitted: list[tuple[int, int]], end: float, n: int, kv: int) -> None:

@@ -119,6 +119,43 @@ def test_kv_exhaustion_preempts_and_everything_still_finishes():
     assert engine.generated_tokens == 10 * 1000
 
 
+def _two_at(capacity_over: int):
+    """Two sequences admitted together whose last decode step needs the KV cache's capacity plus
+    ``capacity_over`` tokens: a decode step of a sequence with prompt + generated tokens c needs c
+    slots (vLLM 0.11 v1/core/sched/scheduler.py: num_new_tokens = num_tokens - num_computed_tokens
+    = 1, kv_cache_manager.allocate_slots: num_computed_tokens + num_new_tokens slots), so the last
+    step of a response of r needs prompt + r - 1."""
+    engine = RolloutEngine(QWEN, _tiny_kv_device(6000), RolloutLayout())
+    response, need = 1000, engine.capacity + capacity_over
+    first = need // 2 - response + 1
+    second = need - first - 2 * (response - 1)
+    engine.add_many(range(2), [first, second], [response] * 2, 0.0)
+    return engine
+
+
+def test_kv_exactly_at_capacity_runs_without_preemption():
+    engine = _two_at(0)
+    assert sorted(s for s, _ in engine.run()) == [0, 1]
+    assert engine.preemptions == 0
+    assert engine.generated_tokens == 2 * 1000
+
+
+def test_one_token_past_capacity_preempts_the_newest_once():
+    engine = _two_at(1)
+    done = engine.run()
+    assert engine.preemptions == 1
+    assert [s for s, _ in done] == [0, 1]   # the newest (1) went back and re-prefilled
+    assert engine.generated_tokens == 2 * 1000
+
+
+def test_a_sequence_as_long_as_the_kv_cache_fits_and_one_token_more_is_refused():
+    engine = RolloutEngine(QWEN, _tiny_kv_device(1000), RolloutLayout())
+    engine.add(0, engine.capacity - 600, 600, 0.0)
+    assert [s for s, _ in engine.run()] == [0]
+    with pytest.raises(RlsimError, match="does not fit the KV cache"):
+        engine.add(1, engine.capacity - 599, 600, engine.t)
+
+
 def test_max_num_seqs_bounds_the_running_batch():
     engine = RolloutEngine(QWEN, H100, RolloutLayout(max_num_seqs=2))
     engine.add_many(range(4), [10] * 4, [100] * 4, 0.0)

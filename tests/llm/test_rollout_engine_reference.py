@@ -5,7 +5,8 @@ The reference steps one decode step at a time (slow, obviously correct) with the
 StepCost, so only the scheduling is compared, not the cost model:
 - a FIFO waiting queue; at every step boundary, in this order: sequences that reached their
   response length leave (KV freed); while the next decode step would not fit the KV cache
-  (held + running > capacity), the newest running sequence is preempted to the front of the queue,
+  (held > capacity: a step writes the KV of each sequence's newest token, so it needs a slot for
+  every token held, prompt and generated), the newest running sequence is preempted to the front of the queue,
   keeping its generated tokens (recompute); then waiting sequences that have arrived are admitted in
   FIFO order while fewer than max_running run and the next step still fits after their prefill;
 - the sequences admitted at one boundary are prefilled together in one step that yields each its
@@ -88,7 +89,7 @@ class Reference:
 
     def _capacity_ok(self, running: list[Seq]) -> bool:
         """Room for one more decode step of every running sequence."""
-        return sum(s.kv for s in running) + len(running) <= self.cost.kv_capacity_tokens
+        return sum(s.kv for s in running) <= self.cost.kv_capacity_tokens
 
     def _boundary(self, running: list[Seq], waiting: deque[Seq]) -> None:
         for s in [s for s in running if s.generated >= s.response]:
@@ -105,7 +106,7 @@ class Reference:
             head = waiting[0]
             # every sequence admitted now holds its context plus the token its prefill yields
             kv_after = sum(s.kv for s in running) + len(admitted) + head.kv + 1
-            if kv_after + len(running) + 1 > self.cost.kv_capacity_tokens:
+            if kv_after > self.cost.kv_capacity_tokens:
                 break
             running.append(waiting.popleft())
             admitted.append(head)
@@ -194,7 +195,7 @@ def cases(draw: st.DrawFn) -> Case:
     # KV per replica: from just the longest sequence (every step preempts) to roomy, or right at the
     # edge of admitting the first j sequences of the first batch together (the boundary cases)
     j = draw(st.integers(1, len(batches[0])))
-    edge = sum(p + g + 1 for p, _, g in batches[0][:j]) + j + draw(st.integers(-2, 2))
+    edge = sum(p + g + 1 for p, _, g in batches[0][:j]) + draw(st.integers(-2, 2))
     replica_tokens = draw(st.integers(longest + 1, max(longest + 2, 6 * longest))
                           | st.just(max(longest + 1, -(-edge // ep))))
     base = StepCost(MODELS[model], DEVICE, layout, InferenceParams(workspace_bytes=0.0))

@@ -284,17 +284,17 @@ def test_a_running_sequence_holds_its_drafts_lookahead_slots(method, k, given, h
 
 def test_a_sequence_that_leaves_no_room_for_its_lookahead_is_refused():
     """vLLM allocates computed + new + lookahead slots a running request (new = 1 + k): a sequence of
-    context C - 1 - 2k fits a pool of C tokens (its first step needs one more), not C - 2k with the k
-    verified drafts' and k lookahead slots beside it."""
+    prompt + response C - 2k fits a pool of C tokens (its tokens' slots, the k verified drafts' and k
+    lookahead slots beside them), not C - 2k + 1."""
     k = 3
     engine = RolloutEngine(QWEN, H100, RolloutLayout(), _spec(k=k))
     capacity = engine.cost.kv_capacity_replica
-    engine.add(0, capacity - 1 - 2 * k - 100, 100, 0.0)
+    engine.add(0, capacity - 2 * k - 100, 100, 0.0)
     with pytest.raises(RlsimError, match="lookahead slots"):
-        engine.add(1, capacity - 2 * k - 100, 100, 0.0)
+        engine.add(1, capacity - 2 * k + 1 - 100, 100, 0.0)
     # without the slots (SGLang's) the longer one fits
     RolloutEngine(QWEN, H100, RolloutLayout(), _spec(k=k, speculative_lookahead_tokens=0)).add(
-        1, capacity - 2 * k - 100, 100, 0.0)
+        1, capacity - 2 * k + 1 - 100, 100, 0.0)
 
 
 def test_sglang_holds_no_lookahead_slots():
