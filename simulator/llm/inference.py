@@ -1070,7 +1070,9 @@ class RolloutEngine:
         """Queue several sequences arriving together (prefilled together when they fit).
         `group_ids` (optional, one per sequence): the samples of one prompt carry one id; with
         enable_prefix_caching those admitted in one step share one prefill of the prompt (the
-        first computes it, the others only their own generated tokens). None: no sharing.
+        first computes it, the others only their own generated tokens, or the prompt's last token
+        when they have none: an engine computes a hit's last token again for its logits). None: no
+        sharing.
         `kept` (optional, one per sequence): the tokens of its prompt + generated whose KV is still
         cached (a request paused in place, not aborted): its admission computes only the rest, at
         least its last token. With max_model_len, a response stops at max_model_len - prompt tokens."""
@@ -1735,8 +1737,12 @@ class RolloutEngine:
                 own = ctx - kept
                 pieces.append((own, own * kept + own * (own + 1) / 2.0))
             elif share and group[slot] >= 0 and group[slot] in seen:   # the prompt's KV is cached
-                own = g_of[slot]
-                pieces.append((own, own * p[slot] + own * (own + 1) / 2.0))
+                # a hit covers all but its last token, computed again for its logits (vLLM 0.11
+                # kv_cache_manager.py get_computed_blocks: max_cache_hit_length = num_tokens - 1;
+                # SGLang 0.4.6 schedule_batch.py init_next_round_input: max_prefix_len = input_len - 1)
+                hit = min(p[slot], ctx - 1)
+                own = ctx - hit
+                pieces.append((own, own * hit + own * (own + 1) / 2.0))
             else:
                 seen.add(group[slot])
                 pieces.append((ctx, ctx * (ctx + 1) / 2.0))
@@ -2212,7 +2218,8 @@ def _prefill_work(cost: StepCost, group: np.ndarray, ctx: np.ndarray, g: np.ndar
                   job_event: np.ndarray, events: int) -> tuple[np.ndarray, np.ndarray]:
     """(tokens computed, attention pairs) of each of the ``events`` events' prefill, _admit's pieces
     summed (``group``, ``ctx``, ``g``, ``p``: per admitted job): with prefix caching a later sample
-    of a prompt (group >= 0) admitted in the same step computes only its own generated tokens.
+    of a prompt (group >= 0) admitted in the same step computes only its own generated tokens, or
+    its prompt's last token when it has none (a hit leaves the last token: _admit).
     Pairs are integers below 2^53: exact as floats in any order."""
     tokens, pairs = ctx, ctx * (ctx + 1) // 2
     if cost.params.enable_prefix_caching and len(group):
@@ -2220,8 +2227,10 @@ def _prefill_work(cost: StepCost, group: np.ndarray, ctx: np.ndarray, g: np.ndar
         key = job_event * (int(group.max()) - int(group.min()) + 1) + (group - int(group.min()))
         first[_first_of_each(key)] = True
         cached = (group >= 0) & ~first
-        tokens = np.where(cached, g, ctx)
-        pairs = np.where(cached, g * p + g * (g + 1) // 2, pairs)
+        hit = np.minimum(p, ctx - 1)
+        own = ctx - hit
+        tokens = np.where(cached, own, ctx)
+        pairs = np.where(cached, own * hit + own * (own + 1) // 2, pairs)
     return _sums_by(tokens, job_event, events).astype(np.int64), _sums_by(pairs, job_event, events)
 
 

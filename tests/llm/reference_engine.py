@@ -765,8 +765,9 @@ class RolloutEngine:
             waiting.popleft()
             admitted.append((slot, g_of[slot]))
             if share and group[slot] >= 0 and group[slot] in seen:   # the prompt's KV is cached
-                own = g_of[slot]
-                pieces.append((own, own * p[slot] + own * (own + 1) / 2.0))
+                hit = min(p[slot], ctx - 1)   # at most all but its last token (the engine's logits)
+                own = ctx - hit
+                pieces.append((own, own * hit + own * (own + 1) / 2.0))
             else:
                 seen.add(group[slot])
                 pieces.append((ctx, ctx * (ctx + 1) / 2.0))

@@ -103,6 +103,9 @@ def _run(params: InferenceParams, prompts, responses, groups=None, generated=Non
 
 
 def test_prefix_sharing_saves_exactly_n_minus_1_prefills():
+    """The later samples hit the first's cached prompt but recompute its last token, whose logits
+    they sample from (vLLM 0.11 kv_cache_manager.py get_computed_blocks: max_cache_hit_length =
+    num_tokens - 1): one token attending to the prompt's tokens each."""
     n, prompt = 8, 1000
     params = InferenceParams()
     shared = _run(params, [prompt] * n, [2] * n, groups=[7] * n)
@@ -110,7 +113,7 @@ def test_prefix_sharing_saves_exactly_n_minus_1_prefills():
     shared.run()
     alone.run()
     cost = shared.cost
-    one = cost.prefill_s(prompt, prompt * (prompt + 1) / 2, n)   # one prompt's tokens, n sequences
+    one = cost.prefill_s(prompt + n - 1, prompt * (prompt + 1) / 2 + (n - 1) * prompt, n)
     whole = cost.prefill_s(n * prompt, n * prompt * (prompt + 1) / 2, n)
     decode = cost.decode_step_s(n, n * (prompt + 1))
     assert shared.busy_s == pytest.approx(one + decode, rel=1e-12)
