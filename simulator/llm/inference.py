@@ -1028,7 +1028,13 @@ class RolloutEngine:
         self.t = 0.0                   # time of the boundary
         self._S = 0                    # decode steps taken
         self._n = 0                    # running sequences
-        self._K = 0                    # KV tokens held by them
+        self._K = 0                    # KV tokens held by them (their contexts: what a step reads)
+        # prefix-cache sharing (_share): a running slot of a sharing set -> the set's first slot, each
+        # set's running members, and the tokens of _K in pages another member holds (the pool's
+        # slots in use are _K - _shared)
+        self._share_of: dict[int, int] = {}
+        self._share_sets: dict[int, list[int]] = {}
+        self._shared = 0
         self._heap: list[tuple[int, int, int, int]] = []   # (finish step, order, slot, epoch)
         self._stack: list[tuple[int, int]] = []            # (slot, epoch) in admission order
         self._waiting: deque[int] = deque()
@@ -1261,7 +1267,9 @@ class RolloutEngine:
         self._stack.clear()
         self._waiting.clear()
         self._kept.clear()
-        self._n = self._K = 0
+        self._n = self._K = self._shared = 0
+        self._share_of.clear()
+        self._share_sets.clear()
         self.t = now
         self._prefill = None
         self._phase_steps = 0
@@ -1281,8 +1289,9 @@ class RolloutEngine:
         new = object.__new__(RolloutEngine)
         new.__dict__.update(self.__dict__)
         new._owner = object()   # the slot map's dict stays this engine's to extend
-        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack", "_kept"):
+        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack", "_kept", "_share_of"):
             setattr(new, name, getattr(self, name).copy())
+        new._share_sets = {key: members.copy() for key, members in self._share_sets.items()}
         if self._caps is not None:
             new._caps = self._caps.copy()
         new._waiting = deque(self._waiting)
@@ -1481,12 +1490,13 @@ class RolloutEngine:
         slot = self._waiting[0]
         ctx = self._p[slot] + self._g[slot]
         pages = self.seq_kv * (self._n + 1)   # the running ones' and its pages beside their tokens
-        if self._K + ctx + 1 + pages > self.capacity:
+        if self._K - self._shared + ctx + 1 + pages > self.capacity:
             return None
         arrival = self._arrival[slot]
         ahead = 0 if arrival <= self.t else self._steps_by(arrival - self.t) + 1
         if self._reserve and self._n and (ctx + self._reserve_need() + pages
-                                          >= self.capacity - self._K + self._n - self._n * ahead - self._reserved(ahead)):
+                                          >= self.capacity - (self._K - self._shared) + self._n - self._n * ahead
+                                          - self._reserved(ahead)):
             return None
         return ahead
 
@@ -1527,7 +1537,8 @@ class RolloutEngine:
         g, sadm, p, state, epochs = self._g, self._sadm, self._p, self._state, self._epoch
         order = sorted(self._live_running(), key=lambda slot: (g[slot] + step - sadm[slot], -p[slot]))
         first = True
-        while self._n > 1 and (first or self.capacity - self._K + self._n - self.seq_kv * self._n < headroom * self._n):
+        while self._n > 1 and (first or self.capacity - (self._K - self._shared) + self._n - self.seq_kv * self._n
+                               < headroom * self._n):
             first = False
             slot = order.pop(0)
             made = g[slot] + step - sadm[slot]
@@ -1538,6 +1549,8 @@ class RolloutEngine:
             epochs[slot] += 1
             self._n -= 1
             self._K -= p[slot] + made
+            if slot in self._share_of:
+                self._unshare(slot)
             self._waiting.append(slot)
             self.preemptions += 1
         generated = sum(g[slot] + step - sadm[slot] for slot in order)
@@ -1555,7 +1568,7 @@ class RolloutEngine:
             while self._heap and self._stale(self._heap[0]):
                 heapq.heappop(self._heap)
             k = self._heap[0][0] - self._S
-            k = min(k, max(0, (self.capacity - self._K - self.seq_kv * self._n) // self._n + 1))  # steps the KV cache holds
+            k = min(k, max(0, (self.capacity - (self._K - self._shared) - self.seq_kv * self._n) // self._n + 1))  # steps the KV cache holds
             ahead = self._head_arrival_steps()
             if ahead is not None:
                 k = min(k, ahead)
@@ -1594,6 +1607,7 @@ class RolloutEngine:
         cap, seq_kv = self.capacity, self.seq_kv
         pop = heapq.heappop
         caps, cap_new = self._caps, self._max_new
+        share_of = self._share_of
         count, last = 0, -math.inf
         while count != max_events:
             event = self._event
@@ -1610,7 +1624,7 @@ class RolloutEngine:
                         pop(heap)
                     K = self._K
                     k = head[0] - self._S
-                    room = (cap - K - seq_kv * n) // n + 1  # steps the KV cache holds: k = min(k, max(0, room))
+                    room = (cap - (K - self._shared) - seq_kv * n) // n + 1  # steps the KV cache holds: k = min(k, max(0, room))
                     if room < k:
                         k = room if room > 0 else 0
                     lines = self._lines
@@ -1671,13 +1685,15 @@ class RolloutEngine:
                     state[slot] = _DONE
                     n -= 1
                     K -= p_of[slot] + r_of[slot]
+                    if share_of and slot in share_of:
+                        self._unshare(slot)
                     outbox.append((time, id_of[slot], slot))
                     if caps is not None:   # admission reserve: its reservation goes
                         del caps[bisect.bisect_left(caps, cap_new - self._g[slot] + self._sadm[slot])]
             if n < self._n:   # a request finished: SGLang tries its waiting queue again
                 self._full = False
             self._n, self._K = n, K
-            if n and K + n * seq_kv > cap:
+            if n and K - self._shared + n * seq_kv > cap:
                 self._preempt()
             if waiting:
                 self._admit()
@@ -1693,7 +1709,7 @@ class RolloutEngine:
             self._retract()
             return
         state, epochs, step = self._state, self._epoch, self._S
-        while self._n and self._K + self._n * self.seq_kv > self.capacity:
+        while self._n and self._K - self._shared + self._n * self.seq_kv > self.capacity:
             slot, epoch = self._stack.pop()
             if state[slot] != _RUNNING or epochs[slot] != epoch:
                 continue
@@ -1703,6 +1719,8 @@ class RolloutEngine:
             epochs[slot] += 1
             self._n -= 1
             self._K -= self._p[slot] + g
+            if slot in self._share_of:
+                self._unshare(slot)
             self._waiting.appendleft(slot)
             self.preemptions += 1
 
@@ -1710,48 +1728,48 @@ class RolloutEngine:
         waiting, p, g_of, arrival, state = self._waiting, self._p, self._g, self._arrival, self._state
         n0 = n = self._n
         kv, now = self._K, self.t
+        held = kv - self._shared   # the pool's slots in use: a shared prompt's pages once
         cap, max_n, seq_kv = self.capacity, self.max_running, self.seq_kv
         share = self.cost.params.enable_prefix_caching
-        group, seen = self._group, set()
+        group, seen = self._group, {}   # group -> the slot that prefills its prompt in this step
         admitted: list[tuple[int, int]] = []
         pieces: list[tuple[int, float]] = []   # (tokens computed, attention pairs) per admitted
         if self._full and n0:   # (an idle engine always tries: nothing runs that could free room)
             return
         reserve = self._reserve
-        room = cap - kv + n - seq_kv * n - self._reserved() if reserve else 0.0   # SGLang's rem_total_tokens
+        room = cap - held + n - seq_kv * n - self._reserved() if reserve else 0.0   # SGLang's rem_total_tokens
         need = self._reserve_need() if reserve else 0
         while waiting and n < max_n:
             slot = waiting[0]
             ctx = p[slot] + g_of[slot]
-            if kv + ctx + 1 + seq_kv * (n + 1) > cap or arrival[slot] > now:  # room for it and one more step
+            kept = self._kept.get(slot, 0) if self._kept else 0
+            first = seen.get(group[slot]) if share and not kept and group[slot] >= 0 else None
+            # the slots it takes: its tokens and the one its prefill yields, less the prompt's pages a hit
+            # shares with the first's (_share)
+            new = ctx + 1 - (self._share_gain(slot, first) if first is not None else 0)
+            if held + new + seq_kv * (n + 1) > cap or arrival[slot] > now:  # room for it and one more step
                 break
             if reserve:
-                if ctx + need + seq_kv >= room and n:   # (an empty engine takes its first request whatever it reserves)
+                if new - 1 + need + seq_kv >= room and n:   # (an empty engine takes its first request whatever it reserves)
                     self._full = True
                     break
-                room -= ctx + need + seq_kv
+                room -= new - 1 + need + seq_kv
             waiting.popleft()
             admitted.append((slot, g_of[slot]))
-            kept = self._kept.pop(slot, 0) if self._kept else 0
-            if kept:   # paused in place: the tokens after its cached ones (at least its last)
-                own = ctx - kept
-                pieces.append((own, own * kept + own * (own + 1) / 2.0))
-            elif share and group[slot] >= 0 and group[slot] in seen:   # the prompt's KV is cached
-                # a hit covers all but its last token, computed again for its logits (vLLM 0.11
-                # kv_cache_manager.py get_computed_blocks: max_cache_hit_length = num_tokens - 1;
-                # SGLang 0.4.6 schedule_batch.py init_next_round_input: max_prefix_len = input_len - 1)
-                hit = min(p[slot], ctx - 1)
-                own = ctx - hit
-                pieces.append((own, own * hit + own * (own + 1) / 2.0))
+            if kept:
+                del self._kept[slot]
+            elif first is not None:
+                self._share(slot, first)
             else:
-                seen.add(group[slot])
-                pieces.append((ctx, ctx * (ctx + 1) / 2.0))
+                seen[group[slot]] = slot
+            pieces.append(_prefill_piece(ctx, p[slot], kept, first is not None))
             state[slot] = _RUNNING
             n += 1
             kv += ctx + 1
+            held += new
         if not admitted:
             return
-        duration, ride = self._prefill_time(pieces, n0, kv + seq_kv * n)
+        duration, ride = self._prefill_time(pieces, n0, held + seq_kv * n)
         end = now + duration
         self.busy_s += duration
         self.t = end
@@ -1761,6 +1779,41 @@ class RolloutEngine:
         self._S += ride
         kv += ride * n0
         self._enter(admitted, end, n, kv)
+
+    def _share(self, slot: int, first: int) -> None:
+        """``slot`` takes the prompt's pages ``first`` prefilled (a prefix-cache hit: vLLM's block pool
+        hands it the cached blocks themselves, v1/core/block_pool.py touch raising their ref_cnt;
+        SGLang's radix tree its matched nodes): they count once among the set's running members
+        while any of them runs (_set_shared)."""
+        members = self._share_sets.get(first)
+        if members is None:
+            members = self._share_sets[first] = [first]
+            self._share_of[first] = first
+        self._shared += self._share_gain(slot, first)
+        members.append(slot)
+        self._share_of[slot] = first
+
+    def _share_gain(self, slot: int, first: int) -> int:
+        """The tokens ``slot`` would hold in pages of the set ``first`` keys (_set_shared's rise)."""
+        members = self._share_sets.get(first, [first])
+        return self._set_shared([*members, slot]) - self._set_shared(members)
+
+    def _set_shared(self, members: list[int]) -> int:
+        """Tokens a sharing set's members hold in each other's pages: each one's prompt but its last
+        token (a hit leaves it to compute), the longest once (the set's prompt: a prompt's samples)."""
+        cached = [self._p[slot] - 1 for slot in members]
+        return sum(cached) - max(cached) if cached else 0
+
+    def _unshare(self, slot: int) -> None:
+        """A running ``slot`` of a sharing set leaves (finished, preempted, retracted): the prompt's
+        pages stay while another member runs."""
+        key = self._share_of.pop(slot)
+        members = self._share_sets[key]
+        before = self._set_shared(members)
+        members.remove(slot)
+        self._shared += self._set_shared(members) - before
+        if not members:
+            del self._share_sets[key]
 
     def _prefill_time(self, pieces: list[tuple[int, float]], riders: int, kv_after: int) -> tuple[float, int]:
         """(duration, decode steps the running sequences make meanwhile) of prefilling `pieces`.
@@ -1799,6 +1852,8 @@ class RolloutEngine:
                 state[slot] = _DONE
                 n -= 1
                 kv -= p[slot] + r[slot]
+                if slot in self._share_of:
+                    self._unshare(slot)
                 self._outbox.append((end, self._id[slot], slot))
                 self._full = False   # a request finished (admission reserve tries its queue again)
                 continue
@@ -1817,6 +1872,20 @@ class RolloutEngine:
                 heapq.heappush(heap, entry)
         self._order = order
         self._n, self._K = n, kv
+
+
+def _prefill_piece(ctx: int, prompt: int, kept: int, hit: bool) -> tuple[int, float]:
+    """(tokens computed, attention pairs) of an admitted sequence of ``ctx`` tokens: all of them; a
+    request paused in place (``kept`` tokens cached) the rest, at least its last; a later sample of a
+    prompt whose first is admitted beside it (``hit``) the tokens past the prompt's cached ones: a hit
+    covers all but its last token, computed again for its logits (vLLM 0.11 kv_cache_manager.py
+    get_computed_blocks: max_cache_hit_length = num_tokens - 1; SGLang 0.4.6 schedule_batch.py
+    init_next_round_input: max_prefix_len = input_len - 1)."""
+    cached = kept if kept else min(prompt, ctx - 1) if hit else 0
+    own = ctx - cached
+    if not cached:
+        return ctx, ctx * (ctx + 1) / 2.0
+    return own, own * cached + own * (own + 1) / 2.0
 
 
 def _budget_steps(pieces: list[tuple[int, float]], budget: int | None) -> list[tuple[int, float, int]]:
@@ -2080,6 +2149,7 @@ def fast_runs(engines: list[RolloutEngine], outbox: bool = True) -> list[_RunTra
         engine._waiting.clear()
         engine._heap = []
         engine._n, engine._K, engine._S = 0, trace.K_end, trace.S_end
+        engine._share_of, engine._share_sets, engine._shared = {}, {}, 0
         engine._event = engine._lines = None
     return traces
 

@@ -393,6 +393,9 @@ class RolloutEngine:
         self._S = 0                    # decode steps taken
         self._n = 0                    # running sequences
         self._K = 0                    # KV tokens held by them
+        self._share_of: dict[int, int] = {}   # prefix-cache sharing: slot -> its set's first slot
+        self._share_sets: dict[int, list[int]] = {}
+        self._shared = 0                      # tokens of _K in pages another member holds
         self._heap: list[tuple[int, int, int, int]] = []   # (finish step, order, slot, epoch)
         self._stack: list[tuple[int, int]] = []            # (slot, epoch) in admission order
         self._waiting: deque[int] = deque()
@@ -546,7 +549,9 @@ class RolloutEngine:
         self._heap.clear()
         self._stack.clear()
         self._waiting.clear()
-        self._n = self._K = 0
+        self._n = self._K = self._shared = 0
+        self._share_of.clear()
+        self._share_sets.clear()
         self.t = now
         self._prefill = None
         self._phase_steps = 0
@@ -561,8 +566,9 @@ class RolloutEngine:
         added (rebound by add_many, never mutated) are shared."""
         new = object.__new__(RolloutEngine)
         new.__dict__.update(self.__dict__)
-        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack"):
+        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack", "_share_of"):
             setattr(new, name, getattr(self, name).copy())
+        new._share_sets = {key: members.copy() for key, members in self._share_sets.items()}
         new._waiting = deque(self._waiting)
         new._outbox = deque(self._outbox)
         return new
@@ -596,7 +602,7 @@ class RolloutEngine:
         if not self._waiting or self._n >= self.max_running:
             return False
         slot = self._waiting[0]
-        return self._K + self._p[slot] + self._g[slot] + 1 <= self.capacity
+        return self._K - self._shared + self._p[slot] + self._g[slot] + 1 <= self.capacity
 
     def _next_event(self) -> tuple[float, int]:
         """(time, decode steps until it) of the next admission, finish or preemption."""
@@ -608,7 +614,7 @@ class RolloutEngine:
             while self._heap and self._stale(self._heap[0]):
                 heapq.heappop(self._heap)
             k = self._heap[0][0] - self._S
-            k = min(k, max(0, (self.capacity - self._K) // self._n + 1))  # steps the KV cache holds
+            k = min(k, max(0, (self.capacity - (self._K - self._shared)) // self._n + 1))  # steps the KV cache holds
             if self._room_for_head():
                 arrival = self._arrival[self._waiting[0]]
                 k = min(k, 0 if arrival <= self.t else self._steps_by(arrival - self.t) + 1)
@@ -660,7 +666,7 @@ class RolloutEngine:
                         pop(heap)
                     K = self._K
                     k = head[0] - self._S
-                    room = (cap - K) // n + 1  # steps the KV cache holds: k = min(k, max(0, room))
+                    room = (cap - (K - self._shared)) // n + 1  # steps the KV cache holds: k = min(k, max(0, room))
                     if room < k:
                         k = room if room > 0 else 0
                     lines = self._lines
@@ -720,9 +726,11 @@ class RolloutEngine:
                     state[slot] = _DONE
                     n -= 1
                     K -= p_of[slot] + r_of[slot]
+                    if slot in self._share_of:
+                        self._unshare(slot)
                     outbox.append((time, id_of[slot], slot))
             self._n, self._K = n, K
-            if n and K > cap:
+            if n and K - self._shared > cap:
                 self._preempt()
             if waiting:
                 self._admit()
@@ -735,7 +743,7 @@ class RolloutEngine:
     def _preempt(self) -> None:
         """Preempt the newest until the next step fits (recompute: it re-prefills what it has)."""
         state, epochs, step = self._state, self._epoch, self._S
-        while self._n and self._K > self.capacity:
+        while self._n and self._K - self._shared > self.capacity:
             slot, epoch = self._stack.pop()
             if state[slot] != _RUNNING or epochs[slot] != epoch:
                 continue
@@ -745,6 +753,8 @@ class RolloutEngine:
             epochs[slot] += 1
             self._n -= 1
             self._K -= self._p[slot] + g
+            if slot in self._share_of:
+                self._unshare(slot)
             self._waiting.appendleft(slot)
             self.preemptions += 1
 
@@ -752,31 +762,42 @@ class RolloutEngine:
         waiting, p, g_of, arrival, state = self._waiting, self._p, self._g, self._arrival, self._state
         n0 = n = self._n
         kv, now = self._K, self.t
+        held = kv - self._shared
         cap, max_n = self.capacity, self.max_running
         share = self.cost.params.enable_prefix_caching
-        group, seen = self._group, set()
+        group, seen = self._group, {}
         admitted: list[tuple[int, int]] = []
         pieces: list[tuple[int, float]] = []   # (tokens computed, attention pairs) per admitted
         while waiting and n < max_n:
             slot = waiting[0]
             ctx = p[slot] + g_of[slot]
-            if kv + ctx + 1 > cap or arrival[slot] > now:  # room for it and one more step
+            first = seen.get(group[slot]) if share and group[slot] >= 0 else None
+            members = self._share_sets.get(first, [first]) if first is not None else []
+            gain = _set_shared(p, [*members, slot]) - _set_shared(p, members) if first is not None else 0
+            new = ctx + 1 - gain   # a hit's pages are the first's
+            if held + new > cap or arrival[slot] > now:  # room for it and one more step
                 break
             waiting.popleft()
             admitted.append((slot, g_of[slot]))
-            if share and group[slot] >= 0 and group[slot] in seen:   # the prompt's KV is cached
+            if first is not None:   # the prompt's KV is cached
                 hit = min(p[slot], ctx - 1)   # at most all but its last token (the engine's logits)
                 own = ctx - hit
                 pieces.append((own, own * hit + own * (own + 1) / 2.0))
+                if first not in self._share_sets:
+                    self._share_sets[first], self._share_of[first] = [first], first
+                self._share_sets[first].append(slot)
+                self._share_of[slot] = first
+                self._shared += gain
             else:
-                seen.add(group[slot])
+                seen[group[slot]] = slot
                 pieces.append((ctx, ctx * (ctx + 1) / 2.0))
             state[slot] = _RUNNING
             n += 1
             kv += ctx + 1
+            held += new
         if not admitted:
             return
-        duration, ride = self._prefill_time(pieces, n0, kv)
+        duration, ride = self._prefill_time(pieces, n0, held)
         end = now + duration
         self.busy_s += duration
         self.t = end
@@ -811,6 +832,15 @@ class RolloutEngine:
         ride = min(steps, self._heap[0][0] - self._S, max(0, (self.capacity - kv_after) // riders + 1))
         return cost.mixed_s(riders, self._K, tokens, pairs, len(pieces), steps), max(0, ride)
 
+    def _unshare(self, slot: int) -> None:
+        key = self._share_of.pop(slot)
+        members = self._share_sets[key]
+        before = _set_shared(self._p, members)
+        members.remove(slot)
+        self._shared += _set_shared(self._p, members) - before
+        if not members:
+            del self._share_sets[key]
+
     def _enter(self, admitted: list[tuple[int, int]], end: float, n: int, kv: int) -> None:
         """Admitted sequences, prefilled by `end`, join the running set (their first token made)."""
         p, g_of, state = self._p, self._g, self._state
@@ -824,6 +854,8 @@ class RolloutEngine:
                 state[slot] = _DONE
                 n -= 1
                 kv -= p[slot] + r[slot]
+                if slot in self._share_of:
+                    self._unshare(slot)
                 self._outbox.append((end, self._id[slot], slot))
                 continue
             order += 1
@@ -839,6 +871,11 @@ class RolloutEngine:
                 heapq.heappush(heap, entry)
         self._order = order
         self._n, self._K = n, kv
+
+
+def _set_shared(p: list[int], members: list[int]) -> int:
+    cached = [p[slot] - 1 for slot in members]
+    return sum(cached) - max(cached) if cached else 0
 
 
 def _budget_steps(pieces: list[tuple[int, float]], budget: int | None) -> list[tuple[int, float, int]]:

@@ -156,6 +156,79 @@ def test_a_sequence_as_long_as_the_kv_cache_fits_and_one_token_more_is_refused()
         engine.add(1, engine.capacity - 599, 600, engine.t)
 
 
+def _group_of_four_at(capacity_over: int, response: int = 1000):
+    """Four samples of one prompt admitted together with prefix caching, whose last decode step needs
+    the KV cache's capacity plus ``capacity_over`` slots when the later three hold the prompt's pages
+    but its last token once, beside the first (vLLM's block pool: a hit's blocks are the cached
+    blocks themselves, v1/core/block_pool.py touch raises their ref_cnt; with pages of a token the
+    hit is all but the last token, kv_cache_manager.py max_cache_hit_length = num_tokens - 1):
+    (prompt - 1) + 4 x response slots."""
+    engine = RolloutEngine(QWEN, _tiny_kv_device(6000), RolloutLayout())
+    prompt = engine.capacity + capacity_over + 1 - 4 * response
+    engine.add_many(range(4), [prompt] * 4, [response] * 4, 0.0, group_ids=[3] * 4)
+    return engine
+
+
+def test_a_prompts_samples_hold_its_pages_once():
+    engine = _group_of_four_at(0)
+    done = engine.run()
+    assert sorted(s for s, _ in done) == [0, 1, 2, 3]
+    assert len({t for _, t in done}) == 1   # admitted and run together (a copy of the prompt each: two waves)
+    assert engine.preemptions == 0
+    assert engine.generated_tokens == 4 * 1000
+
+
+def test_a_prompts_samples_one_slot_past_capacity_preempt_the_newest_once():
+    engine = _group_of_four_at(1)
+    done = engine.run()
+    assert engine.preemptions == 1
+    assert sorted(s for s, _ in done) == [0, 1, 2, 3] and done[-1][0] == 3
+    assert engine.generated_tokens == 4 * 1000
+
+
+def test_the_prompts_pages_stay_while_a_sample_holds_them():
+    """The first sample finishes early; the other keeps the prompt's pages, so a sequence that fits
+    beside its own tokens only waits for it."""
+    def engine_with_a_late_newcomer():
+        engine = RolloutEngine(QWEN, _tiny_kv_device(6000), RolloutLayout())
+        prompt = engine.capacity // 3
+        engine.add_many(range(2), [prompt] * 2, [5, 400], 0.0, group_ids=[1, 1])
+        return engine, prompt
+    engine, prompt = engine_with_a_late_newcomer()
+    first_done = min(t for s, t in engine.run() if s == 0)
+    engine, prompt = engine_with_a_late_newcomer()
+    engine.advance_to(first_done)
+    engine.add(2, engine.capacity - prompt, 10, first_done)   # beside the second's prompt + 1: too long
+    done = dict(engine.run())
+    assert done[2] > done[1] and engine.preemptions == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(seqs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 300), st.integers(0, 3)), min_size=1, max_size=30),
+       kv=st.sampled_from([700, 2000, 100000]), chunked=st.booleans(), later=st.integers(0, 30))
+def test_shared_prompt_pages_never_overflow_the_pool_and_all_come_back(seqs, kv, chunked, later):
+    """Samples of a prompt (group ids, even of unequal prompts) sharing pages, preempted, finishing
+    early or late: at every event the pool holds at most its capacity (the running sequences' tokens
+    less the pages they share and each one's newest token, whose KV its next step writes), every
+    sequence finishes with all its tokens, and the idle engine holds no shared pages."""
+    params = InferenceParams(chunked_prefill=chunked, max_num_batched_tokens=256 if chunked else None)
+    engine = RolloutEngine(QWEN, _tiny_kv_device(kv), RolloutLayout(max_num_seqs=8), params)
+    p, r, grp = (list(x) for x in zip(*seqs, strict=True))
+    later = min(later, len(seqs))
+    engine.add_many(range(later), p[:later], r[:later], 0.0, group_ids=grp[:later])
+    done = []
+    if later < len(seqs):
+        done += engine.advance_to(0.05)
+        engine.add_many(range(later, len(seqs)), p[later:], r[later:], 0.05, group_ids=grp[later:])
+    while (at := engine.next_event_time()) != math.inf:
+        done += engine.advance_to(at)
+        assert engine._K - engine._shared - engine._n <= engine.capacity
+        assert 0 <= engine._shared <= engine._K
+    assert sorted(s for s, _ in done) == list(range(len(seqs)))
+    assert engine.generated_tokens == sum(r)
+    assert engine._shared == 0 and not engine._share_of and not engine._share_sets
+
+
 def test_max_num_seqs_bounds_the_running_batch():
     engine = RolloutEngine(QWEN, H100, RolloutLayout(max_num_seqs=2))
     engine.add_many(range(4), [10] * 4, [100] * 4, 0.0)
