@@ -1756,13 +1756,16 @@ class RolloutEngine:
                 room -= new - 1 + need + seq_kv
             waiting.popleft()
             admitted.append((slot, g_of[slot]))
-            if kept:
+            if kept:   # paused in place: the tokens after its cached ones (at least its last)
                 del self._kept[slot]
-            elif first is not None:
+                own = ctx - kept
+                pieces.append((own, own * kept + own * (own + 1) / 2.0))
+            elif first is not None:   # the prompt's KV is cached
                 self._share(slot, first)
+                pieces.append(_hit_piece(ctx, p[slot]))
             else:
                 seen[group[slot]] = slot
-            pieces.append(_prefill_piece(ctx, p[slot], kept, first is not None))
+                pieces.append((ctx, ctx * (ctx + 1) / 2.0))
             state[slot] = _RUNNING
             n += 1
             kv += ctx + 1
@@ -1874,18 +1877,15 @@ class RolloutEngine:
         self._n, self._K = n, kv
 
 
-def _prefill_piece(ctx: int, prompt: int, kept: int, hit: bool) -> tuple[int, float]:
-    """(tokens computed, attention pairs) of an admitted sequence of ``ctx`` tokens: all of them; a
-    request paused in place (``kept`` tokens cached) the rest, at least its last; a later sample of a
-    prompt whose first is admitted beside it (``hit``) the tokens past the prompt's cached ones: a hit
-    covers all but its last token, computed again for its logits (vLLM 0.11 kv_cache_manager.py
-    get_computed_blocks: max_cache_hit_length = num_tokens - 1; SGLang 0.4.6 schedule_batch.py
-    init_next_round_input: max_prefix_len = input_len - 1)."""
-    cached = kept if kept else min(prompt, ctx - 1) if hit else 0
-    own = ctx - cached
-    if not cached:
-        return ctx, ctx * (ctx + 1) / 2.0
-    return own, own * cached + own * (own + 1) / 2.0
+def _hit_piece(ctx: int, prompt: int) -> tuple[int, float]:
+    """(tokens computed, attention pairs) of a later sample of a prompt, of ``ctx`` tokens, whose first
+    is admitted beside it: the tokens past the prompt's cached ones. A hit covers all but its last
+    token, computed again for its logits (vLLM 0.11 kv_cache_manager.py get_computed_blocks:
+    max_cache_hit_length = num_tokens - 1; SGLang 0.4.6 schedule_batch.py init_next_round_input:
+    max_prefix_len = input_len - 1)."""
+    hit = min(prompt, ctx - 1)
+    own = ctx - hit
+    return own, own * hit + own * (own + 1) / 2.0
 
 
 def _budget_steps(pieces: list[tuple[int, float]], budget: int | None) -> list[tuple[int, float, int]]:
