@@ -2,8 +2,8 @@
 with each framework cost that rlsim models for NeMo RL v0.5 (docs/validation.md V6) switched on,
 alone and all together. The seed is RL Fusion's own design (bucketed reshard, weights resident, no
 engine sleep, one reward worker per device); the press figure's setup is not published, so this
-asks how much of the +85% miss the costs another framework is known to pay would explain, not
-what RL Fusion pays. Each configuration is `rlsim run` with these --set keys:
+asks how much of the gap to the press figure (+19% at the seed's etp = tp = 8, +92% at etp 1) the
+costs another framework is known to pay would explain, not what RL Fusion pays. Each configuration is `rlsim run` with these --set keys:
 
 - +refit: schedule.refit full-tensors (every parameter gathered as a full tensor on every rank,
   with its per-tensor CPU time);
