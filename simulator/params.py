@@ -1353,6 +1353,11 @@ class TrainSoftware:
     # whole layers or none; verl's FSDP shards as ZeRO-3 or -2). Elsewhere they are the stack's defaults
     # and a given other value a what-if (the 2021 / 2022 Megatron stacks under a later distributed optimizer).
     bounded: tuple[str, ...] = ()
+    # Whether the routed experts take a tensor-parallel size of their own (etp 1 beside tp > 1: MoE parallel
+    # folding, the experts over EP alone with the TP ranks lent to EP), which the planner then searches beside
+    # etp = tp (SearchSpace.expert_tp_folding). Without it the experts split over the stack's TP as its dense
+    # layers do (etp = tp), the only MoE layout the planner offers there.
+    expert_tensor_parallel: bool = False
 
     def layout_fields(self, **fields: Any) -> dict[str, Any]:
         """Training-layout fields with this stack's settings (the first recompute mode and ZeRO
@@ -1421,6 +1426,14 @@ MEGATRON_2021 = TrainSoftware(
     pipeline_parallel=True, tensor_parallel=True,
     source="arXiv 2104.04473; NVIDIA/Megatron-LM 2021 (megatron/p2p_communication.py, schedules.py)")
 
+# Megatron-Core's MoE parallel folding: --expert-tensor-parallel-size (expert_tensor_parallel_size, tp when
+# unset) gives the routed experts a TP size of their own, EP x etp dividing TP x CP x DP
+# (megatron/core/parallel_state.py initialize_model_parallel, core_r0.10.0 on); fine-grained MoE trains at
+# etp 1 there (NeMo RL v0.5's recipes via grpo_math_1B.yaml, AReaL 1.0.4's alloc_mode.py default: 1;
+# ../shared/reference/published-results.md V6 notes). Megatron-LM of 2021 / 2022 had no MoE layers:
+# those stacks split any experts over their TP (etp = tp).
+MCORE_EXPERT_TENSOR_PARALLEL = True
+
 # Megatron-Core (NVIDIA/Megatron-LM core_r0.x, 2024-2025) with its default flags: FlashAttention
 # (--attention-backend flash / TE fused attention), sequence parallelism with TP (arXiv 2205.05198),
 # the distributed optimizer (ZeRO 1, --use-distributed-optimizer) first and ZeRO 0-3 offered (FSDP),
@@ -1431,7 +1444,7 @@ MEGATRON_2021 = TrainSoftware(
 MEGATRON_CORE = TrainSoftware(
     name="megatron-core", params=TrainParams(),
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
-    pipeline_parallel=True, tensor_parallel=True,
+    pipeline_parallel=True, tensor_parallel=True, expert_tensor_parallel=MCORE_EXPERT_TENSOR_PARALLEL,
     source="NVIDIA/Megatron-LM megatron/core (training/arguments.py defaults); arXiv 2205.05198")
 
 # Megatron-LM as in Korthikanti et al. 2022 (arXiv 2205.05198): sequence parallelism with TP
@@ -1467,7 +1480,7 @@ MEGATRON_CORE_OVERLAP = TrainSoftware(
                                        dp_bucket_min_params=MCORE_DDP_BUCKET_MIN_PARAMS, tp_userbuffers=True,
                                        sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.8)),
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
-    pipeline_parallel=True, tensor_parallel=True,
+    pipeline_parallel=True, tensor_parallel=True, expert_tensor_parallel=MCORE_EXPERT_TENSOR_PARALLEL,
     source="NVIDIA/Megatron-LM README (r0.8.0 performance runs); megatron-core 0.8.0 megatron/core/distributed "
            "(bucket size, overlap), optimizer/distrib_optimizer.py; transformer-engine 1.9.0 "
            "pytorch/module/base.py initialize_ub (userbuffer methods)")
@@ -1649,10 +1662,15 @@ AREAL_FSDP = _trainer_stack(HF_TRANSFORMERS, "areal-fsdp", "areal 1.0.4 engine/f
 # actor.archon.enable_compile): the hf-transformers constants. Its parallelism is torchtitan's: fully_shard
 # over dp x cp (FSDP2: ZeRO 3 only), a TP plan with SequenceParallel norms (infra/parallelize.py apply_tp),
 # Ulysses cp, pipeline stages (models/archon/pipeline_parallel.py, actor.backend archon:dXpY).
+# Its experts fold as torchtitan's: ArchonParallelDims takes expert_tensor_parallel_size, 1 (alloc_mode.py's
+# default: EP borrows the TP ranks) or tp (qwen3 infra/parallelize.py apply_moe_ep_tp; frameworks/areal.py
+# imports both). The other stacks on transformers' model code split the experts by the model's TP plan as
+# its other linear layers (etp = tp).
+ARCHON_EXPERT_TENSOR_PARALLEL = True
 AREAL_ARCHON = _trainer_stack(HF_TRANSFORMERS, "areal-archon", "areal 1.0.4 experimental/engine/archon_engine.py, "
                               "experimental/models/archon (model code, infra/parallelize.py, pipeline_parallel.py)",
                               zero=FSDP2_ZERO, sequence_parallel=None, pipeline_parallel=True, bounded=_ZERO_BOUNDED,
-                              lacking_fix=AREAL_FSDP_FIX)
+                              expert_tensor_parallel=ARCHON_EXPERT_TENSOR_PARALLEL, lacking_fix=AREAL_FSDP_FIX)
 TRL_ACCELERATE = _trainer_stack(HF_TRANSFORMERS, "trl", _TRL_SOURCE, **_TRL)
 TRL_ACCELERATE_LIGER = _trainer_stack(HF_TRANSFORMERS_LIGER, "trl-liger", _TRL_SOURCE, **_TRL)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from ..errors import RlsimError
 from ..llm.train_layout import expert_fold
@@ -64,6 +64,13 @@ class SearchSpace(StrictModel):
     # with their own TP size, so EP x etp divides TP x CP x DP); None: etp = tp, Megatron-Core's default
     # (expert_tensor_parallel_size unset). Dense models have no expert layers: not searched there.
     etp: list[Size] | None = None
+    # With etp None on an MoE model: etp 1 tried beside etp = tp (MoE parallel folding: the routed experts over
+    # EP alone, the TP ranks lent to EP; at top-k routing etp = tp pays k x A over TP a layer, etp 1 none:
+    # llm/training.py _routed_expert_tp_s), as fine-grained MoE trains (Megatron-Core MoE parallel folding,
+    # NeMo RL v0.5's recipes and AReaL's default at 1). False: etp = tp only; a training stack whose experts
+    # have no TP size of their own sets it (params.TrainSoftware.expert_tensor_parallel). Read past on a
+    # dense model, as max_ep.
+    expert_tp_folding: bool = True
     # ZeRO shard-group sizes tried beside sharding over all dp x cp ranks (HSDP, TrainLayout.zero_shard_size),
     # e.g. [8]: one node of DGX; a size must divide dp x cp and its copies the expert-DP group. None: not searched.
     zero_shard_size: list[Size] | None = None
@@ -71,16 +78,40 @@ class SearchSpace(StrictModel):
     # round is then partial and replicas get uneven counts (llm/training.py's sampler handles it).
     exact_batch: bool = True
 
+    @field_validator("expert_tp_folding", mode="after")
+    @classmethod
+    def _folding_qualifies_the_default_etp(cls, value: bool, info: ValidationInfo) -> bool:
+        """Given beside etp, it would be read past: etp lists the sizes searched."""
+        if (info.data or {}).get("etp") is not None:
+            raise ValueError("qualifies etp: null (the sizes searched by default), and planner.space.etp is given: "
+                             "remove expert_tp_folding, or etp")
+        return value
+
     def for_software(self, software: Any) -> SearchSpace:
         """This space narrowed to what a training stack offers (params.TrainSoftware.search_limits),
         keeping this space's order of values."""
-        update: dict[str, list] = {}
+        update: dict[str, Any] = {}
         for key, allowed in software.search_limits().items():
             given = getattr(self, key)
             update[key] = list(allowed) if given is None else [v for v in given if v in allowed]
             if not update[key]:   # the defaults hold each stack's first values: a planner.space the user gave
                 raise _outside_the_stack(software, key, given, list(allowed))
+        if not software.expert_tensor_parallel:
+            self._refuse_expert_tp_off_the_stack(software)
+            update["expert_tp_folding"] = False
         return self.model_copy(update=update)
+
+    def _refuse_expert_tp_off_the_stack(self, software: Any) -> None:
+        """A planner.space.etp or expert_tp_folding: true given for a stack whose experts take its TP (etp = tp)."""
+        given = "etp" if self.etp is not None else "expert_tp_folding" if (
+            self.expert_tp_folding and "expert_tp_folding" in self.model_fields_set) else None
+        if given is None:
+            return
+        raise RlsimError(f"planner.space.{given}={getattr(self, given)}: {software.name} splits the routed experts "
+                         "over its tensor-parallel ranks as its other layers (etp = tp), with no expert "
+                         "tensor-parallel size of its own (MoE parallel folding)", field=f"planner.space.{given}",
+                         fix=f"remove planner.space.{given} (the experts take the tp searched), or a stack with "
+                             "MoE parallel folding (workload.train_software: megatron-core)")
 
 
 def _outside_the_stack(software: Any, key: str, given: list, allowed: list) -> RlsimError:
@@ -136,8 +167,10 @@ def neighbourhood(current: TrainChoice, model: Any) -> SearchSpace:
     """A re-plan's search space: keep TP, CP and EP of the running layout (the expensive groups to
     rebuild); let PP (and so DP), VPP (or none: an uneven batch breaks interleaving), recompute,
     ZeRO 1-2 and the micro-batch move. Tens of candidates instead of thousands."""
+    # the running expert TP size kept: given, or tp where the layout left it unset (no etp 1 beside it)
+    expert_tp = {"expert_tp_folding": False} if current.etp is None else {"etp": [current.etp]}
     return SearchSpace(tp=[current.tp], pp=None, vpp=sorted({current.vpp, 1}), cp=[current.cp], ep=[current.ep],
-                       etp=None if current.etp is None else [current.etp],
+                       **expert_tp,
                        zero=sorted({current.zero, 1, 2}), recompute=["none", "selective", "full"],
                        micro_batch=sorted({current.micro_batch, 1}), exact_batch=False,
                        zero_shard_size=None if current.zero_shard_size is None else [current.zero_shard_size],
@@ -221,7 +254,8 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
     heads or is a multiple of them (KV heads replicated); PP*VPP divides the layers (unless
     `uneven_pp` and VPP = 1); VPP > 1 needs
     PP > 1 and the micro-batch count divisible by PP; 2*CP divides the sequence (load-balanced
-    causal split); EP divides the experts and EP x etp divides TP x DP x CP (etp = tp unless the space gives etp); DP*micro_batch divides the global batch;
+    causal split); EP divides the experts and EP x etp divides TP x DP x CP (etp = tp and, with
+    `expert_tp_folding`, 1, unless the space gives etp); DP*micro_batch divides the global batch;
     ZeRO > 0 needs DP > 1 (otherwise it equals ZeRO 0); each `zero_shard_size` below dp x cp that
     divides it (and whose copies divide the expert-DP group) adds the layout sharded within such groups.
     ``micro_batch_counts(micro_batch, dp)``: the replicas' micro-batch counts the run forms (a
@@ -249,12 +283,13 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
         ep_values = [1]
     out: list[TrainChoice] = []
     sp_values: list[bool | None] = list(space.sequence_parallel) if space.sequence_parallel else [None]
-    # None: tp on an MoE model (Megatron-Core's default, reported with the layout), none on a dense one
-    etp_values: list[int | None] = list(space.etp) if space.etp and experts > 1 else [None]
+    etp_values = _etp_values(space, experts)
     for tp, pp, vpp, cp, ep, zero, rc, mb, sp, etp_given in itertools.product(
             space.tp, pp_values, space.vpp, space.cp, ep_values, space.zero, space.recompute,
             space.micro_batch, sp_values, etp_values):
-        etp = (tp if etp_given is None else etp_given) if experts > 1 else None
+        if etp_given == _FOLDED and tp == 1:   # etp 1 at tp 1 is the etp = tp layout
+            continue
+        etp = None if experts <= 1 else tp if etp_given is None else 1 if etp_given == _FOLDED else int(etp_given)
         if heads % tp or (kv_heads % tp and tp % kv_heads):
             pruned["tp_heads"] += 1
             continue
@@ -288,6 +323,22 @@ def enumerate_train_choices(model: Any, num_devices: int, global_batch: int, seq
         if zero > 0:
             out.extend(_sharded_within_groups(out[-1], space.zero_shard_size or [], experts > 1, pruned))
     return out, pruned
+
+
+# etp 1 as MoE parallel folding adds it beside etp = tp (SearchSpace.expert_tp_folding): not at tp 1, where
+# it is the etp = tp layout (a planner.space.etp of 1 is searched at every tp)
+_FOLDED = "folded"
+
+
+def _etp_values(space: SearchSpace, experts: int) -> list[int | str | None]:
+    """The expert TP sizes searched: planner.space.etp where given; on an MoE model None (etp = tp,
+    Megatron-Core's default, reported with the layout) and, with expert_tp_folding, 1 (_FOLDED); None on a
+    dense one."""
+    if experts <= 1:
+        return [None]
+    if space.etp:
+        return list(space.etp)
+    return [None, _FOLDED] if space.expert_tp_folding else [None]
 
 
 def _sharded_within_groups(choice: TrainChoice, sizes: Sequence[int], moe: bool, pruned: Counter) -> list[TrainChoice]:

@@ -126,16 +126,21 @@ def test_moe_enumerates_expert_parallel_dividing_experts_and_dp():
     choices, _ = enumerate_train_choices(model, 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1]))
     eps = {c.ep for c in choices}
     assert max(eps) > 1
-    assert all(64 % c.ep == 0 and (c.dp * c.cp) % c.ep == 0 for c in choices)
+    assert all(64 % c.ep == 0 and (c.tp * c.dp * c.cp) % (c.ep * c.etp) == 0 for c in choices)
+    assert all((c.dp * c.cp) % c.ep == 0 for c in choices if c.etp == c.tp)   # etp = tp: EP within the DP x CP
 
 
 def test_moe_layouts_carry_their_expert_tp_and_fold_experts_when_the_space_gives_etp():
-    """etp = tp (Megatron-Core's default) is part of every MoE layout the plan reports, so `rlsim run`
-    given the layout trains that one (a preset's etp: 1 merged under it had changed the memory);
-    planner.space.etp searches others, with EP x etp dividing TP x DP x CP (EP may exceed DP)."""
+    """etp (Megatron-Core's default tp, or 1 beside it: SearchSpace.expert_tp_folding) is part of every MoE
+    layout the plan reports, so `rlsim run` given the layout trains that one (a preset's etp: 1 merged under
+    it had changed the memory); planner.space.etp searches others, with EP x etp dividing TP x DP x CP (EP
+    may exceed DP)."""
     model = FakeModel(num_experts=64)
     default, _ = enumerate_train_choices(model, 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1]))
-    assert all(c.etp == c.tp and c.as_dict()["etp"] == c.tp for c in default)
+    assert all(c.etp in (c.tp, 1) and c.as_dict()["etp"] == c.etp for c in default)
+    alone, _ = enumerate_train_choices(model, 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1],
+                                                                         expert_tp_folding=False))
+    assert all(c.etp == c.tp for c in alone) and set(alone) < set(default)
     folded, _ = enumerate_train_choices(model, 64, 128, 4096, SearchSpace(micro_batch=[1], zero=[1], etp=[1]))
     assert all(c.etp == 1 and (c.tp * c.dp * c.cp) % c.ep == 0 for c in folded)
     assert any(c.ep > c.dp * c.cp for c in folded)

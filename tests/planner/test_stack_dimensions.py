@@ -77,7 +77,7 @@ def test_a_trainers_stack_prices_what_its_model_code_stack_prices():
                         (AREAL_FSDP, HF_TRANSFORMERS), (AREAL_ARCHON, HF_TRANSFORMERS)):
         differ = {f.name for f in dataclasses.fields(base) if getattr(stack, f.name) != getattr(base, f.name)}
         assert differ <= {"name", "source", "lacking_fix", "tensor_parallel", "context_parallel", "zero", "bounded",
-                          "sequence_parallel", "pipeline_parallel"}, stack.name
+                          "sequence_parallel", "pipeline_parallel", "expert_tensor_parallel"}, stack.name
         assert stack.zero[0] == base.zero[0], stack.name   # a layout that gives no zero takes the same stage
         assert stack.params == base.params
 
