@@ -489,10 +489,17 @@ def _blamed_on_fit(params: Sequence[FitParameter]) -> Iterator[None]:
                          fix=f"leave {fitted} out of --fit") from None
 
 
+# A Jacobian entry (relative residual per scaled parameter) at or below this is no effect: a key that
+# moves no phase still shifts its finish times' float sums (kv_realloc_s moved verl's generate_sequences by
+# 2e-15 s in 8.4 s, entries ~1e-14), while a phase a key enters moves by ~1e-3 or more a unit.
+UNSEEN_JACOBIAN = 1e-9
+
+
 def _refuse_unseen(params: Sequence[FitParameter], jac: np.ndarray, measured: Sequence[Mapping[str, Any]]) -> None:
-    """A fitted key that moves none of the logged phases (its Jacobian column is 0): nothing in the
-    logs can fit it, and its '+- inf' was a fit all the same."""
-    unseen = [p.key for p, column in zip(params, np.asarray(jac).T, strict=True) if not np.any(column)]
+    """A fitted key that moves none of the logged phases (its Jacobian column is 0 but for float noise,
+    UNSEEN_JACOBIAN): nothing in the logs can fit it, and its '+- inf' was a fit all the same."""
+    unseen = [p.key for p, column in zip(params, np.asarray(jac).T, strict=True)
+              if not np.any(np.abs(column) > UNSEEN_JACOBIAN)]
     if unseen:
         phases = sorted({stage for m in measured for stage in m})
         raise RlsimError(f"{', '.join(unseen)} moves none of the logged phases ({', '.join(phases)}) of this "
