@@ -96,9 +96,11 @@ def test_steady_bubbles_are_those_of_the_steady_window_beside_the_steady_step():
 
 
 def test_a_split_pool_critical_path_that_names_the_side_that_waits_is_qualified():
-    """The seed one-step-off run: 'bottleneck train' (199 s free delta a step), while its rollout pool
-    is busy throughout and its trainer 61%: generation sets the pace (an idle-time trial)."""
-    r = simulator.simulate(schedule="one-step-off", iterations=3, keep_samples=False)
+    """The seed one-step-off run with its experts not TP-sharded (etp 1, ep 32: its etp = tp update
+    paces the run itself): 'bottleneck train' (206 s free delta a step), while its rollout pool is
+    busy throughout and its trainer 61%: generation sets the pace (an idle-time trial)."""
+    r = simulator.simulate(schedule="one-step-off", iterations=4, keep_samples=False,
+                           overrides=["workload.train_layout.ep=32", "workload.train_layout.etp=1"])
     busy = r.summary["steady_busy_by_pool"]
     assert busy["rollout"] > 0.95 > busy["train"] + 0.1
     assert r.summary["critical_path"]["bottleneck"] == "train"
