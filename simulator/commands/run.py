@@ -63,8 +63,10 @@ def refuse_twice_given(args: argparse.Namespace) -> None:
 def scenario_keywords(args: argparse.Namespace, imported: object = None) -> dict:
     refuse_twice_given(args)
     overrides = list(args.overrides)
-    if getattr(args, "seeds", None) == 1:   # --seeds wins over the scenario's replicas: (one plain run),
-        from ..overrides import parse_assignment   # over a --set replicas=N too (given twice, it was refused)
+    if getattr(args, "seeds", None) == 1:
+        # --seeds wins over the scenario's replicas: (one plain run), over a --set replicas=N too (given
+        # twice, the key was refused)
+        from ..overrides import parse_assignment
         overrides = [item for item in overrides if parse_assignment(item)[0] != "replicas"] + ["replicas=1"]
     kw = {"overrides": overrides, "iterations": args.iterations, "seed": args.seed}
     if imported is not None:   # the framework config gave topology, workload and schedule

@@ -800,6 +800,23 @@ def positive_int(value: Any, key: str, source: str) -> int:
     return int(value)
 
 
+def hsdp_shard_size(value: Any, key: str, world: int, who: str, source: str) -> int | None:
+    """An FSDP ``fsdp_size`` as verl's and SkyRL's create_device_mesh read it over ``world`` GPUs: below
+    0 or at least the world, a shard over every rank (None); between, a (world / fsdp_size, fsdp_size)
+    mesh, HSDP: the state sharded over fsdp_size consecutive ranks, replicated across
+    (workload.train_layout.zero_shard_size). ``who``: whose GPUs, for the error (the trainer's, the policy's)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value < 0):
+        return None
+    size = positive_int(value, key, source)
+    if size >= world:
+        return None
+    if world % size:
+        raise RlsimError(f"fsdp_size {size} does not divide the {who}'s {world} GPUs (the (ddp, fsdp) device mesh "
+                         "needs world / fsdp_size whole)", source=source, field=key,
+                         fix=f"use a divisor of the {who}'s {world} GPUs, or -1 (shard over all of them)")
+    return size
+
+
 def fraction(value: Any, key: str, source: str) -> float:
     """A number in (0, 1] (a memory share)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:

@@ -19,8 +19,8 @@ from .common import (
     flat_speculation,
     hf_attention_compute,
     hf_train_software,
+    hsdp_shard_size,
     merge_train_params,
-    positive_int,
     without_inapplicable_layout_keys,
 )
 from .skyrl_rules import MEGATRON_SIZES
@@ -220,22 +220,10 @@ def _hf_attention(v: Values, w: dict[str, Any]) -> None:
 
 
 def _fsdp_shard_size(v: Values, world: int) -> int | None:
-    """SkyRL's create_device_mesh (skyrl 0.3.0 backends/skyrl_train/distributed/fsdp_utils.py, the policy's
-    FSDPStrategy over its ``world`` GPUs): fsdp_size below 0 or at least the world shards over every rank
-    (None); between, a (world / fsdp_size, fsdp_size) mesh: HSDP, the state sharded over fsdp_size
-    consecutive ranks and replicated across (workload.train_layout.zero_shard_size)."""
+    """SkyRL's create_device_mesh (skyrl 0.3.0 backends/skyrl_train/distributed/fsdp_utils.py): the
+    policy's fsdp_size over its ``world`` GPUs (FSDPStrategy; common.hsdp_shard_size)."""
     key = "trainer.policy.fsdp_config.fsdp_size"
-    value = v(key)
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value < 0):
-        return None
-    size = positive_int(value, key, v.result.source)
-    if size >= world:
-        return None
-    if world % size:
-        raise RlsimError(f"fsdp_size {size} does not divide the policy's {world} GPUs (SkyRL's (ddp, fsdp) device "
-                         "mesh needs world / fsdp_size whole)", source=v.result.source, field=key,
-                         fix="use a divisor of the policy's GPUs, or -1 (shard over all of them)")
-    return size
+    return hsdp_shard_size(v(key), key, world, "policy", v.result.source)
 
 
 def _reshard_after_forward(v: Values, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:

@@ -50,6 +50,7 @@ from .common import (
     has_experts,
     hf_attention_compute,
     hf_train_software,
+    hsdp_shard_size,
     ignored,
     in_table,
     inactive_section,
@@ -1560,22 +1561,11 @@ def _megatron_recompute(v: Values, decided: dict[str, tuple[Status, str]]) -> st
 
 
 def _fsdp_shard_size(v: Values) -> int | None:
-    """verl's create_device_mesh (workers/fsdp_workers.py, 0.6.0): fsdp_size < 0 or >= the world
-    shards over every rank; between, a (world / fsdp_size, fsdp_size) mesh runs HSDP (the actor's
-    fsdp_size sets the mesh of the actor, rollout and reference worker)."""
+    """verl's create_device_mesh (workers/fsdp_workers.py, 0.6.0): the actor's fsdp_size over the
+    trainer's GPUs (common.hsdp_shard_size; it sets the mesh of the actor, rollout and reference worker)."""
     key = f"{A}.actor.fsdp_config.fsdp_size"
-    value = v(key)
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value < 0):
-        return None
-    size = positive_int(value, key, v.result.source)
     world = v.count("trainer.nnodes") * v.count("trainer.n_gpus_per_node")
-    if size >= world:
-        return None
-    if world % size:
-        raise RlsimError(f"fsdp_size {size} does not divide the trainer's {world} GPUs (verl's (ddp, fsdp) device "
-                         "mesh needs world / fsdp_size whole)", source=v.result.source, field=key,
-                         fix="use a divisor of the world size, or -1 (shard over all ranks)")
-    return size
+    return hsdp_shard_size(v(key), key, world, "trainer", v.result.source)
 
 
 def _rollout_layout(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
