@@ -4,8 +4,6 @@ fine-grained MoE trains at (NeMo RL v0.5's recipes, AReaL's default); a dense mo
 move; planner.space.etp given wins; a stack whose experts take its TP searches etp = tp only."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from simulator.errors import RlsimError
@@ -25,16 +23,7 @@ from simulator.params import (
 from simulator.planner import planner_settings
 from simulator.planner.evaluate import TrainingEvaluator
 from simulator.planner.search import SearchSpace, TrainChoice, enumerate_train_choices, neighbourhood
-
-
-@dataclass(frozen=True)
-class Model:
-    name: str = "fake"
-    num_layers: int = 32
-    num_heads: int = 32
-    num_kv_heads: int = 8
-    num_experts: int = 0
-
+from tests.planner.test_planner import FakeModel as Model
 
 MOE = Model(num_experts=64)
 # one pipeline, one recompute mode: tp 1 or 4 on 64 devices (dp 64 or 16), ep a power of two up to 64
