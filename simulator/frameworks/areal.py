@@ -731,6 +731,13 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
     return layout
 
 
+def _expert_tp(dims: Mapping[str, Mapping[str, int]]) -> int:
+    """The experts' tensor-parallel size AReaL hands its engines (alloc_mode.py ParallelStrategy
+    .expert_tensor_parallel_size): 1 for a plain spec (its dataclass default: parse_backend gives both parts one
+    mapping), the hybrid spec's ffn t."""
+    return 1 if dims["ffn"] is dims["attn"] else dims["ffn"]["tp"]
+
+
 def _megatron_expert_tp(v: Values, dims: Mapping[str, Mapping[str, int]], model: str | None) -> dict[str, int]:
     """The megatron engine's expert tensor-parallel size: ParallelStrategy.expert_tensor_parallel_size, which
     megatron_engine.py hands to mpu.initialize_model_parallel (areal 1.0.4): 1 for a plain spec (alloc_mode.py's
@@ -739,7 +746,7 @@ def _megatron_expert_tp(v: Values, dims: Mapping[str, Mapping[str, int]], model:
     tp, on a model with experts (a dense model has none to split; a model given by --set, unread here, is
     taken as MoE at e > 1, and at e 1 a note says how to give it)."""
     attn, ffn = dims["attn"], dims["ffn"]
-    etp = 1 if ffn is attn else ffn["tp"]
+    etp = _expert_tp(dims)
     if etp == attn["tp"]:
         return {}
     if model is None and ffn["ep"] == 1:
@@ -768,7 +775,7 @@ def _archon_experts(v: Values, dims: Mapping[str, Mapping[str, int]]) -> dict[st
     ep x tp (etp unset: tp); with ep 1 the experts are TP-split (unset). Its checks refuse the rest."""
     attn, ffn = dims["attn"], dims["ffn"]
     ep, tp, cp = ffn["ep"], attn["tp"], attn["cp"]
-    etp = 1 if ffn is attn else ffn["tp"]
+    etp = _expert_tp(dims)
     src = v.result.source
     if etp not in (1, tp):
         raise RlsimError(f"archon's expert tensor parallel size {etp} is neither 1 nor the tp {tp} "
