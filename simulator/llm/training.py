@@ -200,6 +200,9 @@ class _Groups:
     # expert tensor-parallel group per stage (etp ranks: the routed experts' gather / scatter); with
     # etp = tp and cp = 1 the TP group. Empty: each stage's TP group.
     etp: list[list[int]] = field(default_factory=list)
+    # Megatron's embedding group: the first and the last pipeline stage's ranks of one (dp, cp, tp)
+    # coordinate, which all-reduce a tied word embedding's gradients (_tied_embedding_sync_s); empty at pp 1
+    embedding: list[int] = field(default_factory=list)
 
     def sharded(self, stage: int, expert: bool = False) -> tuple[list[int], list[int]]:
         """(shard group, copies group) of a stage's dense or expert DP group under ZeRO: the first
@@ -238,7 +241,8 @@ def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
         etp_groups.append(folded[0, 0, :].tolist())
     for s in range(layout.pp):
         p2p.append((int(r[s, 0, 0, 0]), int(r[(s + 1) % layout.pp, 0, 0, 0])))
-    return _Groups(tp, cp, ep, dpg, edp, p2p, layout.zero_shard, layout.expert_zero_shard, etp_groups)
+    embedding = [int(r[0, 0, 0, 0]), int(r[-1, 0, 0, 0])] if layout.pp > 1 else []
+    return _Groups(tp, cp, ep, dpg, edp, p2p, layout.zero_shard, layout.expert_zero_shard, etp_groups, embedding)
 
 
 def _sharded_sync(comm: _Comm, groups: _Groups, stage: int, expert: bool, grad_bytes: float,
@@ -1121,7 +1125,9 @@ def _slowest_groups(layout: TrainLayout, ranks: tuple[int, ...], first: _Groups,
         pairs = [[int(r[s, d, c, t]), int(r[nxt, d, c, t])] for d in range(r.shape[1]) for c in range(r.shape[2])
                  for t in range(r.shape[3])]
         p2p.append(tuple(slowest("p2p", pairs)) if layout.pp > 1 else first.p2p[s])
-    return _Groups(tp, cp, ep, dpg, edp, p2p, first.zero_shard, first.expert_zero_shard, etp)
+    embedding = slowest("all_reduce", ([int(r[0, d, c, t]), int(r[-1, d, c, t])] for d in range(r.shape[1])
+                                       for c in range(r.shape[2]) for t in range(r.shape[3]))) if layout.pp > 1 else []
+    return _Groups(tp, cp, ep, dpg, edp, p2p, first.zero_shard, first.expert_zero_shard, etp, embedding)
 
 
 def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layout: TrainLayout,
@@ -1431,7 +1437,42 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         dp_list.append(dp)
         opt_list.append(opt)
         tail.append((end, dp, opt))
+    _add_tied_embedding_sync(tail, dp_list, _tied_embedding_sync_s(model, layout, groups, comm, params))
     return dp_list, opt_list, tail
+
+
+def _tied_embedding_sync_s(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, params: TrainParams) -> float:
+    """The all-reduce of a tied word embedding's gradients between its two copies under pipeline parallelism:
+    Megatron keeps the table on the first stage (the input embedding) and a copy on the last (the output
+    layer), and after the step's data-parallel gradient sync all-reduces their gradients over the embedding
+    group, the first and last stage's ranks of one (dp, cp, tp) coordinate (megatron-core 0.8.0
+    distributed/finalize_model_grads.py finalize_model_grads: finish_grad_sync, then
+    _allreduce_word_embedding_grads, torch.distributed.all_reduce of the weight's main_grad over
+    get_embedding_group(), where share_embeddings_and_output_weights; parallel_state.py
+    initialize_model_parallel: embedding_ranks = [ranks[0], ranks[-1]] of each pipeline group; 0.10.0 the
+    same). vocab x hidden / tp elements at comm.grad_reduce_bytes_per_param (the main_grad buffer's dtype).
+    0 s at pp 1 (one copy), for an untied head or a value head, and under LoRA (the table is frozen).
+    _allreduce_position_embedding_grads runs with an encoder / decoder split only (pipeline_model_parallel_
+    split_rank): no decoder-only model pays it."""
+    if layout.pp < 2 or not model.tied_head or getattr(model, "adapter_rank", 0) or not groups.embedding:
+        return 0.0
+    table = _stage_outer_params(model, _shape_layout(layout))[0][0]   # vocab x hidden / tp, on the first stage
+    return comm.one("all_reduce", groups.embedding, table * params.comm.grad_reduce_bytes_per_param)
+
+
+def _add_tied_embedding_sync(tail: list[tuple[float, float, float]], dp_list: list[float], sync_s: float) -> None:
+    """The tied embedding's all-reduce (`sync_s`, _tied_embedding_sync_s) into the first and last stage's
+    exposed sync, in place: it starts when both have finished their own gradient sync (a collective of the
+    two; finalize_model_grads runs it after finish_grad_sync, not overlapped) and the optimizer step of each
+    follows it. Each stage's `dp` becomes the wait for the other and the all-reduce on top of its own."""
+    if sync_s <= 0:
+        return
+    ends = (0, len(tail) - 1)
+    start = max(tail[s][0] + tail[s][1] for s in ends)
+    for s in ends:
+        end, _, opt = tail[s]
+        dp_list[s] = start + sync_s - end
+        tail[s] = (end, dp_list[s], opt)
 
 
 def _chunk_hidden_shares(comm: CommParams, stage: int, chunk_params: float, dp: int, vpp: int) -> list[float]:
