@@ -201,26 +201,45 @@ def micro_batch_counts_of(sc: Scenario, row: int, trained: Sequence[np.ndarray] 
     as the run's sampler cuts them (training.sampler_micro_batch_counts); PPO's critic's own
     micro-batch (workload.critic_batching) too where it trains on the actor's devices. The count
     varies with the drawn lengths under token balancing: qwen3-30b-a3b at DP 2 took 128 or 103, and
-    an interleaved pipeline of pp 2 the planner ranked first was refused at 103 (a planner review)."""
+    an interleaved pipeline of pp 2 the planner ranked first was refused at 103 (a planner review).
+    With them the forward-only passes on those devices (log-probs, reference, PPO's values), which
+    Megatron's interleaved schedule refuses alike (llm/pipeline.py check_interleaved_micro_batches):
+    the whole step's samples (forward_pass_batches), at schedule.forward_micro_batch rows (the
+    critic's workload.critic_batching.forward_micro_batch) where given, else the candidate's."""
     from .llm.training import sampler_micro_batch_counts
     from .rl.llm_costs import critic_beside_actor
 
     batches = memory_check_batches(sc) + list(trained)
+    whole_steps = forward_pass_batches(sc)
     balanced = sc.schedule.micro_batching == "balanced" and sc.schedule.distqueue.packed
     batching = sc.workload.critic_batching
-    critic_rows = batching.micro_batch if batching is not None and critic_beside_actor(sc) else None
+    beside = batching is not None and critic_beside_actor(sc)
+    critic_rows = batching.micro_batch if beside else None
+    forward_rows = {sc.schedule.forward_micro_batch} | ({batching.forward_micro_batch} if beside else set())
     memo: dict[tuple[int, int], set[int]] = {}
 
     def samples(lens: np.ndarray, rows: int, dp: int) -> int:   # micro_batch_permutation's
         return samples_per_micro_batch(lens, float(row), rows, dp) if balanced else rows
 
+    def cut(of: Sequence[np.ndarray], rows: set[int], dp: int) -> set[int]:
+        return {m for mb in rows for lens in of for m in sampler_micro_batch_counts(len(lens), samples(lens, mb, dp), dp)}
+
     def counts(rows: int, dp: int) -> set[int]:
         hit = memo.get((rows, dp))
         if hit is None:
-            hit = memo[(rows, dp)] = {m for mb in {rows, critic_rows or rows} for lens in batches
-                                      for m in sampler_micro_batch_counts(len(lens), samples(lens, mb, dp), dp)}
+            hit = memo[(rows, dp)] = (cut(batches, {rows, critic_rows or rows}, dp)
+                                      | cut(whole_steps, {r or rows for r in forward_rows}, dp))
         return hit
     return counts
+
+
+def forward_pass_batches(sc: Scenario) -> list[np.ndarray]:
+    """The memory check's draws (memory_check_batches, an optimizer step's each) as the batches a step's
+    forward-only passes take: the whole step, workload.mini_batches optimizer steps' samples together
+    (rl/schedules/training.py _forwards), the draws taken in turn (cycled where a step holds more)."""
+    drawn = memory_check_batches(sc)
+    k = sc.workload.mini_batches
+    return [np.concatenate([drawn[(i + j) % len(drawn)] for j in range(k)]) for i in range(0, len(drawn), k)]
 
 
 def step_sequences_of(sc: Scenario, row: int) -> Callable[[int, int], tuple[int, np.ndarray]]:

@@ -156,13 +156,14 @@ _STAGE_ONLY = {"train": ("planner.space.", "workload.train_params.", "workload.t
 # What only a simulated run reads: the planner prices one step of each layout analytically.
 _RUN_ONLY = ("iterations", "schedule", "workload.reward")
 # The schedule keys the training plan does read when the batch is the scenario's step: the pools it
-# trains on, how the run forms and pads its micro-batches, the devices colocated StaleSync also
-# trains on, the switch's resident state and a resident engine's share of HBM
+# trains on, how the run forms and pads its micro-batches (the forward passes' too: an interleaved
+# pipeline's counts, autoplan.micro_batch_counts_of), the devices colocated StaleSync also trains on, the
+# switch's resident state and a resident engine's share of HBM
 _PLAN_READS = ("schedule.kind", "schedule.placement", "schedule.rollout_fraction", "schedule.rollout_devices",
                "schedule.aux_devices",
                "schedule.fuse", "schedule.aux_fraction", "schedule.distqueue.packed", "schedule.micro_batching",
-               "schedule.pack_tokens", "schedule.staleness", "schedule.stream_threshold", "schedule.consolidate_share",
-               "schedule.switch.engine_resident")
+               "schedule.pack_tokens", "schedule.forward_micro_batch", "schedule.staleness",
+               "schedule.stream_threshold", "schedule.consolidate_share", "schedule.switch.engine_resident")
 # The workload's batch and its length laws: the batch shape of the training plan unless a flag gives it
 # (--global-batch, --seq-len); the rollout plan prices planner.rollout's fixed batch instead
 _BATCH_KEYS = ("workload.prompts_per_step", "workload.samples_per_prompt", "workload.mini_batch_prompts")

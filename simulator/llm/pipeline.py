@@ -475,10 +475,7 @@ def simulate_pipelines(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: Seq
     if m < 1:
         raise RlsimError("a pipeline needs at least one micro-batch", field=_under(layout_field, "micro_batch"),
                          fix="give the step at least one sequence per data-parallel rank")
-    if vpp > 1 and m % pp:
-        raise RlsimError(f"the interleaved schedule needs micro-batches ({m}) to be a multiple of pp ({pp})",
-                         field=_under(layout_field, "vpp"),
-                         fix="change the batch, the micro-batch size or pp, or set vpp: 1")
+    check_interleaved_micro_batches(m, pp, vpp, layout_field)
     n_x = (n_virtual - 1) * m
     xfer = np.zeros((k, n_x + 1))  # last column: index -1, no transfer
     for r, p in enumerate(p2p_s):
@@ -497,6 +494,25 @@ def simulate_pipelines(forward_s: np.ndarray, backward_s: np.ndarray, p2p_s: Seq
         out.append(PipelineResult(pp=pp, vpp=vpp, micro_batches=m, makespan_s=float(end[last].max()), busy_s=busy,
                                   end_s=end, xfer_s=xf))
     return out
+
+
+def check_interleaved_micro_batches(m: int, pp: int, vpp: int, layout_field: str | None = None) -> None:
+    """RlsimError where an interleaved pipeline (vpp > 1) is given ``m`` micro-batches, not a multiple of
+    ``pp``, training or forward-only alike: Megatron-Core runs both through
+    forward_backward_pipelining_with_interleaving, which raises "number of microbatches (m) is not
+    divisible by pipeline-model-parallel-size (pp) when using interleaved schedule" (megatron-core 0.8.0
+    and 0.9.0 pipeline_parallel/schedules.py, before its forward_only branch). 0.10.0 keeps the rule at
+    its default microbatch_group_size_per_vp_stage = pp (model_parallel_config.py): a last group of
+    0 < m mod N < pp micro-batches raises "The remainder of M ... should be 0, or larger than or equal to
+    the pipeline-parallel size"; a larger group size, which relaxes it, runs another issue order than
+    the one simulated here. `layout_field`: as `simulate_pipelines`'."""
+    if vpp > 1 and m % pp:
+        raise RlsimError(f"the interleaved schedule (vpp {vpp}) needs each data-parallel replica's micro-batches "
+                         f"({m}) to be a multiple of pp ({pp}): Megatron-Core refuses it (\"number of microbatches "
+                         f"({m}) is not divisible by pipeline-model-parallel-size ({pp}) when using interleaved "
+                         "schedule\", pipeline_parallel/schedules.py)", field=_under(layout_field, "vpp"),
+                         fix=f"a batch and micro-batch size that give each replica a multiple of {pp} micro-batches "
+                             "(its samples / micro_batch), another pp, or vpp: 1")
 
 
 def _under(prefix: str | None, name: str) -> str:

@@ -37,6 +37,7 @@ from .pipeline import (
     IDLE,
     PipelineResult,
     StageInterval,
+    check_interleaved_micro_batches,
     critical_chain,
     forward_only_makespan,
     forward_only_makespans,
@@ -1608,6 +1609,8 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
                   else "max_tokens_per_micro_batch")
     replicas, heads = _micro_batch_parts(seqs, layout, packing, getattr(layout, budget_key), params, budget_key,
                                          source, scored)
+    for tokens_of_replica, _ in replicas:   # the forward-only pass runs Megatron's interleaved schedule too
+        check_interleaved_micro_batches(tokens_of_replica.size, layout.pp, layout.vpp, TRAIN_LAYOUT_FIELD)
     memory = _check_forward_memory(model, layout, replicas, heads, min(k.hbm_bytes for k in kinds), params,
                                    budget_key, source) if params.check_memory else None
     tokens = np.concatenate([t for t, _ in replicas])

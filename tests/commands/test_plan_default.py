@@ -415,6 +415,22 @@ def test_plan_lists_an_interleaved_layout_as_the_run_takes_its_micro_batch_count
     assert _plans_and_runs(capsys, scenario, layout, [f"schedule.micro_batching={micro_batching}"]) == (runs, runs)
 
 
+@pytest.mark.parametrize("forward_rows, runs", [(3, False), (4, True)])
+def test_plan_judges_an_interleaved_layout_on_its_forward_passes_micro_batch_counts_too(tmp_path, capsys, forward_rows,
+                                                                                      runs):
+    """Megatron runs the forward-only passes (log-probs, reference) through the interleaved schedule too,
+    which refuses a micro-batch count that is not a multiple of pp there as in training (megatron-core
+    0.8.0 schedules.py forward_backward_pipelining_with_interleaving). qwen3-30b-a3b's 1024 samples at
+    DP 2 take 256 training micro-batches of 2 a replica; forward passes of schedule.forward_micro_batch
+    3 take 171, of 4 128: the run refuses the first, and plan, which judged the training counts alone,
+    now refuses it too."""
+    scenario = tmp_path / "q30.yaml"
+    scenario.write_text("topology: {preset: dgx-h100, nodes: 2}\nworkload: grpo-qwen3-30b-a3b\nschedule: colocated\n")
+    layout = {"tp": 2, "pp": 2, "vpp": 2, "ep": 4, "cp": 2, "zero": 2, "recompute": "full", "micro_batch": 2}
+    sets = ["schedule.micro_batching=sequence", f"schedule.forward_micro_batch={forward_rows}"]
+    assert _plans_and_runs(capsys, scenario, layout, sets) == (runs, runs)
+
+
 @pytest.mark.parametrize("software, layout, lacked", [
     ("verl-fsdp", "{tp: 2, pp: 1, zero: 1, recompute: full, micro_batch: 1}", "tp"),   # no TP, ZeRO 2 / 3 only
     ("megatron-2021", "{tp: 2, cp: 2, zero: 1, recompute: full, micro_batch: 1}", "cp"),   # no CP, ZeRO 0 only

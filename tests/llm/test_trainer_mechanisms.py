@@ -427,6 +427,25 @@ def test_interleaved_micro_batch_error_names_the_vpp_key() -> None:
     assert exc.value.field == "workload.train_layout.vpp"
 
 
+def test_interleaved_refusal_quotes_megatron_and_gives_the_fix() -> None:
+    with pytest.raises(RlsimError) as exc:
+        train_step_cost(QWEN, TrainLayout(pp=2, vpp=2, dp=4), TOPO, sequences=uniform_sequences(12, 1024))
+    assert "number of microbatches (3) is not divisible by pipeline-model-parallel-size (2)" in exc.value.message
+    assert "multiple of 2 micro-batches" in exc.value.fix and "vpp: 1" in exc.value.fix
+
+
+def test_an_interleaved_forward_only_pass_refuses_what_training_refuses() -> None:
+    """Megatron-Core runs forward_only passes through forward_backward_pipelining_with_interleaving too,
+    whose micro-batch check comes before the forward_only branch (0.8.0 schedules.py)."""
+    with pytest.raises(RlsimError, match="multiple of pp") as exc:
+        forward_cost(QWEN, TrainLayout(pp=2, vpp=2, dp=4), TOPO, sequences=uniform_sequences(12, 1024))
+    assert exc.value.field == "workload.train_layout.vpp"
+    ok = forward_cost(QWEN, TrainLayout(pp=2, vpp=2, dp=4), TOPO, sequences=uniform_sequences(16, 1024))
+    assert ok.time_s > 0   # 2 micro-batches a replica, a multiple of pp 2
+    plain = forward_cost(QWEN, TrainLayout(pp=2, vpp=1, dp=4), TOPO, sequences=uniform_sequences(12, 1024))
+    assert plain.time_s > 0   # 1F1B takes any count
+
+
 def test_unknown_compute_dtype_names_the_train_params_key() -> None:
     params = TrainParams(compute=ComputeParams(dtype="fp4"))
     with pytest.raises(RlsimError, match="no peak figure") as exc:
