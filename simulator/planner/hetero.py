@@ -259,7 +259,8 @@ class HeteroStepModel:
             microbatches = balance(global_microbatches, per_mb, fill) if balanced else uniform(
                 global_microbatches, dp)
         replica_s = [fill[d] + microbatches[d] * per_mb[d] for d in range(dp)]
-        step = max(replica_s) + self._sync_s(ranks, tp, pp, dp, zero, layers, max(microbatches))
+        step = (max(replica_s) + self._sync_s(ranks, tp, pp, dp, zero, layers, max(microbatches))
+                + self._tied_embedding_sync_s(ranks, tp, pp, dp))
         peak_sum = sum(self.topology.device_spec(r).peak(p.dtype) for r in ranks)
         tokens = global_microbatches * self.mb * self.seq_len
         util = self.model_flops_per_token * tokens / (step * peak_sum)
@@ -295,6 +296,19 @@ class HeteroStepModel:
             sync = (reductions * self.collectives.cost(reduce, dp_group, grads).time_s
                     + self.collectives.cost("all_gather", dp_group, weights).time_s)
         return (1 - hidden) * sync
+
+    def _tied_embedding_sync_s(self, ranks: Sequence[int], tp: int, pp: int, dp: int) -> float:
+        """A tied word embedding's gradient all-reduce between its copies on the first and the last stage
+        after the DP sync, not overlapped (llm/training.py _tied_embedding_sync_s: Megatron's
+        finalize_model_grads): V h / tp gradients over the slowest (first, last) stage pair of the
+        pipelines; 0 at pp 1 or for an untied head."""
+        if pp < 2 or not self.model.tied_head:
+            return 0.0
+        from ..llm.layer_costs import embedding_params
+
+        table = embedding_params(self.model)[0] / tp * self.train_params.comm.grad_reduce_bytes_per_param
+        return max(self.collectives.cost("all_reduce", [line[0], line[-1]], table).time_s
+                   for line in groups(ranks, "pp", tp, 1, dp, pp))
 
     def _stage_param_count(self, pp: int) -> Callable[[int, int, int], float]:
         """params(stage, first layer, layer count) of a pipeline of pp stages: its layers' (prefix sums

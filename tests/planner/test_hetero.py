@@ -244,6 +244,27 @@ def test_hetero_step_model_on_a_homogeneous_cluster_matches_the_training_model(t
     assert hetero.step_time_s == pytest.approx(full.step_time_s, rel=0.04)
 
 
+@pytest.mark.parametrize("pp", [2, 4])
+def test_a_tied_embedding_adds_the_first_and_last_stage_all_reduce_as_the_training_model(pp):
+    """gpt-7.5b ties its embedding (Megatron's GPT): under pp > 1 its copies on the first and the last stage
+    all-reduce their gradients after the DP sync (llm/training.py _tied_embedding_sync_s), over the
+    stage pair of a pipeline; at pp 1 there is one copy."""
+    import dataclasses
+
+    tied = load_model("gpt-7.5b")
+    untied = dataclasses.replace(tied, tied_embeddings=False)
+    topo = load_topology({"preset": "dgx-h100", "nodes": 4})
+    tp, dp = 2, 32 // (2 * pp)
+    steps = [HeteroStepModel(m, topo, 2048, 1).evaluate(list(range(32)), tp, pp, dp, 64, balanced=False)
+             for m in (tied, untied)]
+    stm = HeteroStepModel(tied, topo, 2048, 1)
+    table = tied.vocab * tied.hidden / tp * stm.train_params.comm.grad_reduce_bytes_per_param
+    first, last = 0, tp * dp * (pp - 1)   # tp fastest, then dp, pp: stage s starts at rank tp dp s
+    expected = stm.collectives.cost("all_reduce", [first, last], table).time_s
+    assert expected > 0 and steps[0].step_time_s - steps[1].step_time_s == pytest.approx(expected, rel=1e-9)
+    assert stm._tied_embedding_sync_s(list(range(32)), tp, 1, 16) == 0.0   # pp 1: one copy
+
+
 def test_zero_shards_the_optimizer_state_and_prices_the_sync_as_the_training_model():
     """ZeRO-1 fits a layout whose optimizer state does not fit unsharded; its sync is the gradients'
     reduce-scatter and the weights' all-gather, its memory the stack's bytes with the state over DP."""
