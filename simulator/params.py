@@ -100,6 +100,10 @@ GATED_KNOBS: dict[str, dict[str, Gate]] = {
                     ("optimizer", "scope"), lambda v: bool(v["optimizer"]) and v["scope"] == "optimizer_step",
                     "offload.optimizer: true with offload.scope: optimizer_step",
                     "the host-side optimizer step of Megatron-Core's optimizer_cpu_offload", "set both"))},
+    "memory": {"zero3_accumulated_grad_bytes_per_param": Gate(
+        ("zero3_sync_last_micro_batch_only",), lambda v: bool(v["zero3_sync_last_micro_batch_only"]),
+        "memory.zero3_sync_last_micro_batch_only: true", "the unsharded gradients FSDP accumulates over a "
+        "pipelined step's micro-batches")},
 }
 
 
@@ -121,7 +125,8 @@ def without_inapplicable_stack_values(merged: dict[str, Any], given: Mapping[str
     stack's value that the user's switch made inapplicable (megatron-core-overlap's dp_bucket_min_params
     under dp_overlap_fraction: 0) acts on nothing and is not the user's to remove. Copies."""
     out = dict(merged)
-    models: dict[str, type[StrictModel]] = {"compute": ComputeParams, "comm": CommParams, "offload": OffloadParams}
+    models: dict[str, type[StrictModel]] = {"compute": ComputeParams, "comm": CommParams, "offload": OffloadParams,
+                                            "memory": MemoryParams}
     for section, gates in GATED_KNOBS.items():
         values, user = out.get(section), given.get(section)
         if not isinstance(values, Mapping):
@@ -432,6 +437,30 @@ class MemoryParams(StrictModel):
     # device beside the computing layer's gradient (the working set above: zero3_prefetch_layers is
     # then not read). True: FSDP's default, each layer resharded after its forward.
     zero3_reshard_after_forward: bool = True
+    # FSDP2 stages under torch.distributed.pipelining (pp > 1): every micro-batch's backward but the last
+    # runs with set_is_last_backward(False), set_reshard_after_backward(False) and
+    # set_requires_gradient_sync(False) (torch 2.13 distributed/pipelining/stage.py
+    # _PipelineStageBase.backward_maybe_with_nosync, FSDPModule branch), and the stage's post-backward
+    # (reduce-scatter, reshard) runs once after its last backward (stage.py perform_reduce_grad, the
+    # REDUCE_GRAD action schedules.py _add_reduce_grad adds after a stage's n_microbatches-th backward;
+    # Schedule1F1B calls it after its backward loop). So a step reduce-scatters each layer's gradients
+    # once, not per micro-batch, and a layer stays gathered from its first gather to that reduction:
+    # with zero3_reshard_after_forward false one all-gather a step (the first forward), with it true the
+    # forward's and the backward's per micro-batch as without pipelines (an upper bound: a backward right
+    # after the same chunk's backward finds it whole). Meanwhile the stage's unsharded gradients
+    # accumulate in FSDP's reduce dtype (zero3_accumulated_grad_bytes_per_param) beside its whole
+    # parameters. The forward-only passes gather once a pass where zero3_reshard_after_forward is false
+    # (FSDP2 reshards nothing after a forward then: _fsdp_param_group.py reshard). AReaL's archon engine
+    # runs its pipelines so (areal 1.0.4 experimental/engine/archon_runner.py schedule.step over
+    # PipelineStages of fully_shard-ed model parts): true on the areal-archon stack. Read at pp > 1
+    # under ZeRO-3 only (the stacks' other pipelines are Megatron's).
+    zero3_sync_last_micro_batch_only: bool = False
+    # Bytes a parameter of those accumulated unsharded gradients: FSDP2 moves each backward's gradient
+    # into an accumulator of the MixedPrecisionPolicy's reduce_dtype where it differs from the
+    # parameters' (torch 2.13 distributed/fsdp/_fully_shard/_fsdp_param.py to_accumulated_grad_if_needed,
+    # accumulate_unsharded_grad_if_needed); archon's is float32 (areal 1.0.4 archon_engine.py
+    # parallelize_fn(reduce_dtype=torch.float32)): 4. Read with zero3_sync_last_micro_batch_only only.
+    zero3_accumulated_grad_bytes_per_param: float = Field(4.0, gt=0)
     # DeepSpeed ZeRO-3's live-parameter cap, in elements a device (zero_optimization.
     # stage3_max_live_parameters: deepspeed 0.19.6 runtime/zero/config.py default 1e9, which OpenRLHF's
     # "auto" and accelerate's zero3 config keep: runtime/config_utils.py drops "auto" values). DeepSpeed
@@ -564,13 +593,20 @@ class MemoryParams(StrictModel):
                              "zero3_reshard_after_forward: true")
         return value
 
+    @field_validator(*GATED_KNOBS["memory"], mode="after")
+    @classmethod
+    def _switch_applies(cls, value: Any, info: ValidationInfo) -> Any:
+        """The accumulated gradients' bytes apply with zero3_sync_last_micro_batch_only."""
+        return _gated_knob_applies("memory", cls, value, info)
+
     @model_validator(mode="after")
     def _live_cap_replaces_the_layer_working_set(self) -> "MemoryParams":
         """zero3_max_live_params sizes the gathered parameters itself: the FSDP working set's knobs
         would be silently ignored beside it."""
         if self.zero3_max_live_params is None:
             return self
-        given = [k for k in ("zero3_prefetch_layers", "zero3_outer_gathered", "zero3_reshard_after_forward")
+        given = [k for k in ("zero3_prefetch_layers", "zero3_outer_gathered", "zero3_reshard_after_forward",
+                             "zero3_sync_last_micro_batch_only")
                  if getattr(self, k) != type(self).model_fields[k].default]
         if given:
             raise ValueError(f"zero3_max_live_params (DeepSpeed's live-parameter window) replaces FSDP's layer-by-layer "
@@ -1358,7 +1394,6 @@ class TrainSoftware:
     # etp = tp (SearchSpace.expert_tp_folding). Without it the experts split over the stack's TP as its dense
     # layers do (etp = tp), the only MoE layout the planner offers there.
     expert_tensor_parallel: bool = False
-
     def layout_fields(self, **fields: Any) -> dict[str, Any]:
         """Training-layout fields with this stack's settings (the first recompute mode and ZeRO
         stage, its sequence parallelism) unless `fields` give them; RlsimError for a TP, PP or CP it lacks."""
@@ -1667,8 +1702,13 @@ AREAL_FSDP = _trainer_stack(HF_TRANSFORMERS, "areal-fsdp", "areal 1.0.4 engine/f
 # imports both). The other stacks on transformers' model code split the experts by the model's TP plan as
 # its other linear layers (etp = tp).
 ARCHON_EXPERT_TENSOR_PARALLEL = True
+# Its pipelines are torch.distributed.pipelining schedules over fully_shard-ed stages (archon_runner.py
+# schedule.step): MemoryParams.zero3_sync_last_micro_batch_only, read at pp > 1 only.
+ARCHON_PIPELINE_FSDP = {"zero3_sync_last_micro_batch_only": True}
 AREAL_ARCHON = _trainer_stack(HF_TRANSFORMERS, "areal-archon", "areal 1.0.4 experimental/engine/archon_engine.py, "
                               "experimental/models/archon (model code, infra/parallelize.py, pipeline_parallel.py)",
+                              params=HF_TRANSFORMERS.params.model_copy(update={"memory": HF_TRANSFORMERS.params.memory
+                                                                               .model_copy(update=ARCHON_PIPELINE_FSDP)}),
                               zero=FSDP2_ZERO, sequence_parallel=None, pipeline_parallel=True, bounded=_ZERO_BOUNDED,
                               expert_tensor_parallel=ARCHON_EXPERT_TENSOR_PARALLEL, lacking_fix=AREAL_FSDP_FIX)
 TRL_ACCELERATE = _trainer_stack(HF_TRANSFORMERS, "trl", _TRL_SOURCE, **_TRL)
@@ -1904,6 +1944,11 @@ LAYOUT_GATED_MEMORY.update(dict.fromkeys(("zero_reduce_bucket_params", "zero_red
                                           "zero_reduce_buckets_kept"), LayoutGate(
     lambda lay: lay.zero >= 1, "ZeRO-1, 2 or 3 (train_layout.zero: 1-3)",
     "DeepSpeed's gradient reduction buckets", "set workload.train_layout.zero: 1, 2 or 3")))
+# torch's pipelining under FSDP2 (llm/training.py _layer_cost, llm/memory.py zero3_working_set_bytes)
+LAYOUT_GATED_MEMORY["zero3_sync_last_micro_batch_only"] = LayoutGate(
+    lambda lay: lay.zero >= 3 and lay.pp > 1, "ZeRO-3 under pipeline parallelism (train_layout.zero: 3, pp > 1)",
+    "the once-a-step gradient reduce-scatter and gather of FSDP2 stages under torch's pipelining",
+    "set workload.train_layout.zero: 3 and pp above 1")
 LAYOUT_GATED_MEMORY["zero_allreduce_copies"] = LayoutGate(
     lambda lay: lay.zero in (1, 2), "ZeRO-1 or 2 (train_layout.zero: 1 or 2)",
     "the flattened copy ZeRO-1 / 2's all-reduce makes of a bucket (ZeRO-3's reduce-scatter copy is "

@@ -234,7 +234,9 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         if full_recompute:  # the largest layer's full activations are rebuilt during its backward
             acts += tokens * rebuilt
         logits = tokens * float(model.head_outputs) / tp * logits_bpe if s == pp - 1 else 0.0
-        gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert) \
+        # torch's pipelining under FSDP2 holds the stage's unsharded gradients over the micro-batches
+        accumulated = trained if pp > 1 and m > 1 and params.zero3_sync_last_micro_batch_only else 0.0
+        gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert, accumulated) \
             if zero >= 3 else 0.0
         buffers = zero_backward_buffers_bytes(zero, grad_bpp * trained_shard, micro_batches or 1, params,
                                               reduce_ranks=zero_shard)
@@ -448,7 +450,7 @@ def _in_flight_cached(act_per_chunk: tuple[float, ...], pp: int, vpp: int, m: in
 
 
 def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, params: MemoryParams,
-                            stage_layer_params: float = 0.0) -> float:
+                            stage_layer_params: float = 0.0, accumulated_params: float = 0.0) -> float:
     """Whole parameters and gradients ZeRO-3 / FSDP hold beside the shards on one device at the
     backward's peak (MemoryParams.zero3_*): the computing layer's parameters and gradient, the
     zero3_prefetch_layers gathered ahead (each taken at the stage's largest layer, per device after
@@ -456,7 +458,10 @@ def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, pa
     gradients; all in the weights' dtype. Without zero3_reshard_after_forward every layer of the
     stage (`stage_layer_params`, per device after TP / EP) stays whole from its forward, beside the
     computing layer's gradient. With zero3_max_live_params (DeepSpeed's live-parameter window): the
-    stage's parameters, the root's among them, up to that cap, beside the computing layer's gradient."""
+    stage's parameters, the root's among them, up to that cap, beside the computing layer's gradient.
+    `accumulated_params`: the trained parameters whose unsharded gradients FSDP accumulates over the
+    micro-batches (MemoryParams.zero3_sync_last_micro_batch_only under pp > 1, per device after TP / EP),
+    at zero3_accumulated_grad_bytes_per_param on top."""
     if params.zero3_max_live_params is not None:
         live = min(stage_layer_params + outer_params, params.zero3_max_live_params)
         return params.weight_bytes_per_param * (live + largest_layer_params)
@@ -465,7 +470,8 @@ def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, pa
     else:
         layers = max(stage_layer_params, largest_layer_params) + largest_layer_params
     root = 2 * outer_params if params.zero3_outer_gathered else 0.0
-    return params.weight_bytes_per_param * (layers + root)
+    return params.weight_bytes_per_param * (layers + root) + params.zero3_accumulated_grad_bytes_per_param * \
+        accumulated_params
 
 
 def _in_flight_activations(act_per_chunk: list[float], pp: int, vpp: int, m: int, stage: int) -> float:

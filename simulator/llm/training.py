@@ -632,9 +632,10 @@ def _userbuffer_tp(blocks: list[tuple[str, str]], gemms: dict[str, tuple[np.ndar
 def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainLayout, tokens_local: np.ndarray,
                 groups: _Groups, stage: int, comm: _Comm, params: TrainParams,
                 userbuffers: tuple[list[tuple[str, str]], dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]
-                | None = None) -> _LayerCost:
+                | None = None, once: tuple[np.ndarray, np.ndarray] | None = None) -> _LayerCost:
     """``userbuffers``: the layer's TP blocks (_tp_blocks) and per-GEMM times (train_compute.gemm_times)
-    when TE userbuffers apply (TP > 1 with SP, CommParams.tp_userbuffers)."""
+    when TE userbuffers apply (TP > 1 with SP, CommParams.tp_userbuffers). ``once``: the first and last
+    micro-batch of each replica (_pipelined_fsdp_ends) where FSDP syncs once a step."""
     cp_, a = params.comm, params.compute.activation_bytes
     h = int(model.hidden)
     act = tokens_local * h * a
@@ -677,10 +678,8 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
         fwd["ep"] = bwd["ep"] = t
     if layout.zero >= 3:
         gather, reduce = _fsdp_layer_comm(layer, layout, groups, stage, comm, params)
-        if gather > 0 or reduce > 0:   # the backward re-gathers a layer resharded after its forward
-            fwd["dp"] = np.full_like(tokens_local, gather)
-            again = gather if params.memory.zero3_reshard_after_forward else 0.0
-            bwd["dp"] = np.full_like(tokens_local, again + reduce)
+        if gather > 0 or reduce > 0:
+            fwd["dp"], bwd["dp"] = _fsdp_micro_batch_comm(gather, reduce, tokens_local, params, once)
     return _LayerCost(times.fwd_s, times.bwd_s, times.attn_fwd_s, fwd, bwd)
 
 
@@ -727,6 +726,36 @@ def _fsdp_layer_comm(layer: LayerShape, layout: TrainLayout, groups: _Groups, st
         gather += weights
         reduce += grads
     return gather * (1 - g_frac), reduce * (1 - r_frac)
+
+
+def _fsdp_micro_batch_comm(gather: float, reduce: float, tokens_local: np.ndarray, params: TrainParams,
+                           once: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """A layer's exposed FSDP (forward, backward) time in each micro-batch from its `gather` and `reduce`
+    (_fsdp_layer_comm): each forward gathers and each backward reduce-scatters, the backward re-gathering a
+    layer resharded after its forward (zero3_reshard_after_forward). `once` (first, last: 1 at each
+    replica's first / last micro-batch, _pipelined_fsdp_ends), torch's pipelining under FSDP2
+    (MemoryParams.zero3_sync_last_micro_batch_only): the reduce-scatter in the last backward alone, and
+    without resharding after the forward the gather in the first forward alone."""
+    again = gather if params.memory.zero3_reshard_after_forward else 0.0
+    if once is None:
+        return np.full_like(tokens_local, gather), np.full_like(tokens_local, again + reduce)
+    first, last = once
+    fwd = np.full_like(tokens_local, gather) if params.memory.zero3_reshard_after_forward else gather * first
+    return fwd, again + reduce * last
+
+
+def _pipelined_fsdp_ends(layout: TrainLayout, params: TrainParams,
+                         replica_sizes: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(first, last): 1.0 at each data-parallel replica's first / last micro-batch of the concatenated
+    replicas (`replica_sizes`, their micro-batch counts), 0.0 elsewhere, where FSDP syncs once a step under
+    torch's pipelining (ZeRO-3, pp > 1, MemoryParams.zero3_sync_last_micro_batch_only); None otherwise."""
+    if layout.zero < 3 or layout.pp < 2 or not params.memory.zero3_sync_last_micro_batch_only or not replica_sizes:
+        return None
+    ends = np.cumsum(replica_sizes)
+    first, last = np.zeros(int(ends[-1])), np.zeros(int(ends[-1]))
+    first[ends - np.asarray(replica_sizes)] = 1.0
+    last[ends - 1] = 1.0
+    return first, last
 
 
 def _fsdp_hidden(comm: Any) -> tuple[float, float]:
@@ -787,11 +816,14 @@ def _chunk_shapes(model: Any, layout: TrainLayout) -> tuple[tuple[LayerShape, ..
 
 def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.ndarray, groups: _Groups,
                   comm: _Comm, rates: DeviceRates, params: TrainParams, forward_only: bool = False,
-                  head_tokens: np.ndarray | None = None) -> _StageArrays:
+                  head_tokens: np.ndarray | None = None, replica_sizes: Sequence[int] | None = None) -> _StageArrays:
     """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq).
     ``forward_only``: the forward rows alone (fwd, fwd_comm; the same floats as in a full pass).
-    ``head_tokens``: the tokens the output layer projects in each micro-batch (None: all of them)."""
+    ``head_tokens``: the tokens the output layer projects in each micro-batch (None: all of them).
+    ``replica_sizes``: the micro-batches of each data-parallel replica, in the order (tokens, sq)
+    concatenates them (where FSDP syncs once a step: _pipelined_fsdp_ends)."""
     pp, vpp = layout.pp, layout.vpp
+    once = _pipelined_fsdp_ends(layout, params, replica_sizes)
     unique, chunk_counts = _chunk_shapes(model, _shape_layout(layout))
     tokens_local = tokens / layout.cp
     sq_local = sq / layout.cp
@@ -834,7 +866,7 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                 userbuffers = None if not blocks else (blocks, gemm_times(
                     lay, tokens_local, tp=layout.tp, ep=layout.ep, rates=rates, params=params.compute,
                     etp=layout.expert_tp))
-                lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params, userbuffers)
+                lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params, userbuffers, once)
                 a1, a2 = _layer_addends(lc, layout.recompute, n_rows, n_m)
                 add = adds[(u, stage)] = same_comm[fingerprint] = (a1, a2, [np.zeros((n_rows, n_m))])
             a1, a2, partial = add
@@ -1207,7 +1239,8 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params,
-                           head_tokens=None if heads is None else np.concatenate(heads))
+                           head_tokens=None if heads is None else np.concatenate(heads),
+                           replica_sizes=[t.size for t, _ in replicas])
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
     # Simulate each replica's pipeline; the slowest sets the step (they meet at the gradient sync).
     makespan, pipe, sl, bare = _slowest_replica(arrays, p2p, replicas, layout, params)
@@ -1310,7 +1343,8 @@ def fsdp_cpu_offload_s(states: MemoryBreakdown, layout: TrainLayout, micro_batch
                        params: TrainParams, forward_only: bool = False) -> tuple[float, float]:
     """(exposed host copies, host optimizer step) of FSDP's CPU offload (offload.fsdp_cpu_offload) on
     one device: per micro-batch each all-gather's shard in at host_param_bytes_per_param (the forward's,
-    and the backward's unless zero3_reshard_after_forward is off) and each reduced gradient shard out,
+    and the backward's unless zero3_reshard_after_forward is off) and each reduced gradient shard out
+    (under torch's pipelining, zero3_sync_last_micro_batch_only at pp > 1: as _fsdp_micro_batch_comm counts),
     hidden by the gathers' and reduce-scatters' fractions (they ride the same streams, per layer: the
     sum over layers is the shard's); then AdamW on the CPU over the trained shard. `states`: the
     ZeRO-3 memory breakdown before device_resident (its weights and gradients are the shards)."""
@@ -1325,10 +1359,11 @@ def fsdp_cpu_offload_s(states: MemoryBreakdown, layout: TrainLayout, micro_batch
     g_frac, r_frac = _fsdp_hidden(c)
     gathers = 1 if forward_only or not m.zero3_reshard_after_forward else 2
     copy_in = gathers * held * o.host_param_bytes_per_param / host_Bps * (1 - g_frac)
-    if forward_only:
-        return micro_batches * copy_in, 0.0
-    copy_out = trained * c.grad_reduce_bytes_per_param / host_Bps * (1 - r_frac)
-    return micro_batches * (copy_in + copy_out), trained / o.host_adam_loop_params_per_s
+    copy_out = 0.0 if forward_only else trained * c.grad_reduce_bytes_per_param / host_Bps * (1 - r_frac)
+    host_step = 0.0 if forward_only else trained / o.host_adam_loop_params_per_s
+    if layout.pp > 1 and m.zero3_sync_last_micro_batch_only:   # torch's pipelining: _fsdp_micro_batch_comm
+        return (micro_batches if m.zero3_reshard_after_forward else 1) * copy_in + copy_out, host_step
+    return micro_batches * (copy_in + copy_out), host_step
 
 
 def _mean_peak(topology: Any, ranks: Sequence[int], params: TrainParams, pacing_peak: float) -> float:
@@ -1616,7 +1651,8 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params, forward_only=True,
-                           head_tokens=None if heads is None else np.concatenate(heads))
+                           head_tokens=None if heads is None else np.concatenate(heads),
+                           replica_sizes=[t.size for t, _ in replicas])
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
     worst_t, worst_sl = -1.0, slice(0, 0)
     for span, sl in _forward_spans(arrays, p2p, [t.size for t, _ in replicas], params, layout.pp):

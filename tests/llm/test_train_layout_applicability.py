@@ -169,6 +169,7 @@ def test_the_cli_exits_2_naming_the_key(capsys):
 # A gated memory knob's moved value, and what it needs beside it to act (a bucket count needs buckets).
 MOVED_MEMORY = {"zero3_prefetch_layers": ({}, 2), "zero3_outer_gathered": ({}, False),
                 "zero3_reshard_after_forward": ({}, False), "zero3_max_live_params": ({}, 1e8),
+                "zero3_sync_last_micro_batch_only": ({}, True),   # pp > 1 only: tests/llm/test_pipelined_fsdp.py
                 "zero_reduce_bucket_params": ({}, 5e8), "zero_reduce_buckets": ({"zero_reduce_bucket_params": 5e8}, 2),
                 "zero2_accumulated_grad_partitions": ({}, 1),
                 "zero_reduce_buckets_kept": ({"zero_reduce_bucket_params": 5e8}, 1),
