@@ -426,7 +426,8 @@ def _check_planner_keys_apply(sc: Scenario) -> None:
                              fix=f"remove planner.{section}, or set workload.{side}: auto")
 
 
-def train_space(space: Any, software: str, planner_keys: Mapping[str, Any], *, packed_step: bool) -> Any:
+def train_space(space: Any, software: str, planner_keys: Mapping[str, Any], *, packed_step: bool,
+                model: Any = None) -> Any:
     """The training search space of `layout: auto` and of `rlsim plan` (one rule, so plan ranks what a
     run would take), narrowed to the stack. Unless planner.space gives them: uneven pipeline stages
     (floor / ceil layer shares, MCore's num_layers_in_first/last_pipeline_stage, what
@@ -444,7 +445,7 @@ def train_space(space: Any, software: str, planner_keys: Mapping[str, Any], *, p
         update["uneven_pp"] = True
     if "exact_batch" not in given and packed_step:
         update["exact_batch"] = False
-    return space.model_copy(update=update).for_software(TRAIN_SOFTWARE[software])
+    return space.model_copy(update=update).for_software(TRAIN_SOFTWARE[software], model)
 
 
 def _consolidating(sc: Scenario, model: Any, topology: Any, shape: tuple[int, int], ranks: list[int], space: Any,
@@ -480,7 +481,7 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
     roll_ranks, train_ranks = planning_ranks(sc, topology.num_devices)
     if w.train_layout == "auto":    # first: a colocated engine is sized beside its resident state
         batch, row = train_batch(sc)
-        space = train_space(settings.space, w.train_software, sc.planner, packed_step=True)
+        space = train_space(settings.space, w.train_software, sc.planner, packed_step=True, model=model)
         params = params_beside_engine(sc, settings.rollout)
         evaluator = TrainingEvaluator.for_workload(model, topology, batch, row, w, params=params,
                                                    beside=updates_beside(sc, params),
@@ -683,7 +684,8 @@ class PlannerReplanner:
                 accept(c.as_dict())   # an RlsimError marks the layout infeasible, as a memory miss does
                 return base(c, ranks)
             evaluator.micro_batch_counts = base.micro_batch_counts   # the search judges interleaving on them
-        wide = train_space(self.settings.space, self.sc.workload.train_software, self.sc.planner, packed_step=True)
+        wide = train_space(self.settings.space, self.sc.workload.train_software, self.sc.planner, packed_step=True,
+                           model=self.model)
         kept = None if usable is None or self.sc.schedule.effective_placement != "colocated" \
             else lambda n, choice: usable(n, choice.as_dict())
         args = dict(failed=failed, ranks=pool_ranks, params=self.settings.params, recovery=self.recovery,

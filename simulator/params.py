@@ -1394,6 +1394,26 @@ class TrainSoftware:
     # etp = tp (SearchSpace.expert_tp_folding). Without it the experts split over the stack's TP as its dense
     # layers do (etp = tp), the only MoE layout the planner offers there.
     expert_tensor_parallel: bool = False
+    # The trainer's refusal of pipeline stages (pp > 1) for a model whose output layer ties its input
+    # embedding (tie_word_embeddings), quoted with its source; "" where it runs them (Megatron keeps a copy
+    # on the last stage and all-reduces their gradients: llm/training.py _tied_embedding_sync_s). The
+    # planner searches pp 1 alone for such a model there (search_limits).
+    tied_pipeline_refusal: str = ""
+
+    def refused_tied_pipeline(self, layout: Mapping[str, Any], model: Any) -> str | None:
+        """The message "pp=<p>: <stack> ... (the trainer's refusal)" where `layout` pipelines (pp > 1) a `model` whose
+        output layer ties its input embedding (ModelSpec.tied_embeddings, the config's tie_word_embeddings:
+        a value head keeps the flag) on a stack that refuses it (tied_pipeline_refusal); None otherwise."""
+        pp = layout.get("pp", 1)
+        if not self.tied_pipeline_refusal or not getattr(model, "tied_embeddings", False) or pp in (1, None):
+            return None
+        return (f"pp={pp}: {self.name} runs no pipeline stages for {getattr(model, 'name', 'the model')}, whose "
+                f"output layer ties its input embedding (tie_word_embeddings): {self.tied_pipeline_refusal}")
+
+    def tied_pipeline_fix(self) -> str:
+        """The fix of a layout refused_tied_pipeline refuses."""
+        return f"set pp: 1 and vpp: 1, a model without tied embeddings, or {self.lacking_fix}"
+
     def layout_fields(self, **fields: Any) -> dict[str, Any]:
         """Training-layout fields with this stack's settings (the first recompute mode and ZeRO
         stage, its sequence parallelism) unless `fields` give them; RlsimError for a TP, PP or CP it lacks."""
@@ -1433,11 +1453,13 @@ class TrainSoftware:
         """The fix of a layout that sets `key` above 1 on this stack."""
         return f"set {'pp: 1 and vpp: 1' if key in ('pp', 'vpp') else f'{key}: 1'}, or {self.lacking_fix}"
 
-    def search_limits(self) -> dict[str, list]:
-        """The planner search-space fields this stack pins (`SearchSpace(**limits)`)."""
+    def search_limits(self, model: Any = None) -> dict[str, list]:
+        """The planner search-space fields this stack pins (`SearchSpace(**limits)`); with `model`, no
+        pipeline where the stack refuses one for it (refused_tied_pipeline)."""
         out: dict[str, list] = {"recompute": list(self.recompute), "zero": list(self.zero)}
-        for key, offered in (("tp", self.tensor_parallel), ("pp", self.pipeline_parallel),
-                             ("vpp", self.pipeline_parallel), ("cp", self.context_parallel)):
+        piped = self.pipeline_parallel and (model is None or not self.refused_tied_pipeline({"pp": 2}, model))
+        for key, offered in (("tp", self.tensor_parallel), ("pp", piped), ("vpp", piped),
+                             ("cp", self.context_parallel)):
             if not offered:
                 out[key] = [1]
         return out
@@ -1705,12 +1727,18 @@ ARCHON_EXPERT_TENSOR_PARALLEL = True
 # Its pipelines are torch.distributed.pipelining schedules over fully_shard-ed stages (archon_runner.py
 # schedule.step): MemoryParams.zero3_sync_last_micro_batch_only, read at pp > 1 only.
 ARCHON_PIPELINE_FSDP = {"zero3_sync_last_micro_batch_only": True}
+# Archon refuses pipelines for a tied model: areal 1.0.4 experimental/engine/archon_utils.py
+# prepare_training_config ("PP weight tying constraint"), run by every archon engine's initialize.
+ARCHON_TIED_PIPELINE_REFUSAL = ("AReaL's archon engine raises \"Pipeline Parallelism (PP=p) is not supported with "
+                                "weight tying (tie_word_embeddings=True)\" (areal 1.0.4 experimental/engine/"
+                                "archon_utils.py prepare_training_config)")
 AREAL_ARCHON = _trainer_stack(HF_TRANSFORMERS, "areal-archon", "areal 1.0.4 experimental/engine/archon_engine.py, "
                               "experimental/models/archon (model code, infra/parallelize.py, pipeline_parallel.py)",
                               params=HF_TRANSFORMERS.params.model_copy(update={"memory": HF_TRANSFORMERS.params.memory
                                                                                .model_copy(update=ARCHON_PIPELINE_FSDP)}),
                               zero=FSDP2_ZERO, sequence_parallel=None, pipeline_parallel=True, bounded=_ZERO_BOUNDED,
-                              expert_tensor_parallel=ARCHON_EXPERT_TENSOR_PARALLEL, lacking_fix=AREAL_FSDP_FIX)
+                              expert_tensor_parallel=ARCHON_EXPERT_TENSOR_PARALLEL, lacking_fix=AREAL_FSDP_FIX,
+                              tied_pipeline_refusal=ARCHON_TIED_PIPELINE_REFUSAL)
 TRL_ACCELERATE = _trainer_stack(HF_TRANSFORMERS, "trl", _TRL_SOURCE, **_TRL)
 TRL_ACCELERATE_LIGER = _trainer_stack(HF_TRANSFORMERS_LIGER, "trl-liger", _TRL_SOURCE, **_TRL)
 

@@ -102,7 +102,7 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
                   evaluator=evaluator)
     near_space = neighbourhood(current, model) if current else None
     if near_space is not None and software is not None:
-        near_space = _within_the_stack(near_space, software, current)
+        near_space = _within_the_stack(near_space, software, current, model)
     near = _on_the_most_survivors(model, space=space or near_space, **search)
     if current is None or space is not None or not recovery.widen or (near[0] and len(near[0][0]) == len(alive)):
         return _replan(near, ranks, alive)
@@ -116,13 +116,13 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
     return _replan((min(found, key=rank, default=None), cost), ranks, alive)    # near first on ties
 
 
-def _within_the_stack(space: SearchSpace, software: Any, current: TrainChoice) -> SearchSpace:
+def _within_the_stack(space: SearchSpace, software: Any, current: TrainChoice, model: Any = None) -> SearchSpace:
     """A re-plan's neighbourhood narrowed to what the training stack runs (params.TrainSoftware
     .search_limits: its parallel dimensions, ZeRO stages and recompute modes; verl's FSDP shards as
     ZeRO 3 or 2, never 1), the running layout's own values kept: the job ran them (a layout given by
     hand off the stack's stages)."""
     update = {}
-    for key, allowed in software.search_limits().items():
+    for key, allowed in software.search_limits(model).items():
         given = getattr(space, key)
         running = getattr(current, key)
         update[key] = [v for v in (allowed if given is None else given) if v in allowed or v == running]

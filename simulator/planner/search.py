@@ -87,15 +87,15 @@ class SearchSpace(StrictModel):
                              "remove expert_tp_folding, or etp")
         return value
 
-    def for_software(self, software: Any) -> SearchSpace:
-        """This space narrowed to what a training stack offers (params.TrainSoftware.search_limits),
-        keeping this space's order of values."""
+    def for_software(self, software: Any, model: Any = None) -> SearchSpace:
+        """This space narrowed to what a training stack offers (params.TrainSoftware.search_limits; with
+        `model`, what it offers for that model), keeping this space's order of values."""
         update: dict[str, Any] = {}
-        for key, allowed in software.search_limits().items():
+        for key, allowed in software.search_limits(model).items():
             given = getattr(self, key)
             update[key] = list(allowed) if given is None else [v for v in given if v in allowed]
             if not update[key]:   # the defaults hold each stack's first values: a planner.space the user gave
-                raise _outside_the_stack(software, key, given, list(allowed))
+                raise _outside_the_stack(software, key, given, list(allowed), model)
         if not software.expert_tensor_parallel:
             self._refuse_expert_tp_off_the_stack(software)
             update["expert_tp_folding"] = False
@@ -114,12 +114,16 @@ class SearchSpace(StrictModel):
                              "MoE parallel folding (workload.train_software: megatron-core)")
 
 
-def _outside_the_stack(software: Any, key: str, given: list, allowed: list) -> RlsimError:
-    """The error of a planner.space.<key> none of whose values the training stack runs."""
+def _outside_the_stack(software: Any, key: str, given: list, allowed: list, model: Any = None) -> RlsimError:
+    """The error of a planner.space.<key> none of whose values the training stack runs (for `model`)."""
     lacked = software.lacked_dimension({key: given[0]}) if key in PARALLEL_DIMENSIONS else None
     if lacked:
         return RlsimError(f"planner.space.{key}={given}: {lacked[1].split(': ', 1)[1]}", field=f"planner.space.{key}",
                           fix=software.lacked_fix(key))
+    tied = software.refused_tied_pipeline({"pp": 2}, model) if key in ("pp", "vpp") and model is not None else None
+    if tied:
+        return RlsimError(f"planner.space.{key}={given}: {tied.split(': ', 1)[1]}", field=f"planner.space.{key}",
+                          fix=software.tied_pipeline_fix())
     return RlsimError(f"planner.space.{key}={given}: {software.name} offers {key} {allowed}",
                       field=f"planner.space.{key}", fix=f"give planner.space.{key} values of {allowed}, or another "
                                                         "workload.train_software")

@@ -65,7 +65,7 @@ from ..llm.training import (
     train_step_cost,
 )
 from ..network.collectives import CollectiveModel
-from ..params import SPECULATIVE_KEYS
+from ..params import SPECULATIVE_KEYS, TRAIN_SOFTWARE
 from ..scenario import Scenario
 from ..units import capacity_text
 from .algorithms import FORWARD, TRAIN, build_algorithm
@@ -317,6 +317,17 @@ def aux_pool_passes(scenario: Any) -> list[tuple[str, str]]:
             and role_pool(scenario.schedule, stage.role) != "main"]
 
 
+def refuse_tied_pipeline(software: str, model: ModelSpec, layout: Mapping[str, Any], source: str | None) -> None:
+    """RlsimError where the training stack refuses the layout's pipeline stages for a model whose output
+    layer ties its input embedding (params.TrainSoftware.refused_tied_pipeline: AReaL's archon engine);
+    the planner does not search them there (search_limits with the model)."""
+    stack = TRAIN_SOFTWARE[software]
+    refused = stack.refused_tied_pipeline(layout, model)
+    if refused:
+        raise RlsimError(f"train_layout.{refused}", source=source, field="workload.train_layout.pp",
+                         fix=stack.tied_pipeline_fix())
+
+
 def role_models(scenario: Any, base: ModelSpec | None = None) -> dict[str, ModelSpec]:
     """The model each role runs: the actor as it trains (LoRA adapters beside the frozen base), the
     reference the base, the critic and a reward model under a value head (hidden x 1, not the vocab LM
@@ -505,6 +516,7 @@ class LlmCosts:
         inference, roll_map = self._engine_constants(roll_map)
         self.train_layout_map = {k: v for k, v in train_map.items() if k != "dp"}
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
+        refuse_tied_pipeline(w.train_software, self.model, self.train_layout_map, src)
         # a dp the user gave (validated here): the pool sets dp, which run_schedule checks against it
         given = w.train_layout if isinstance(w.train_layout, dict) else {}
         self.given_train_dp = TrainLayout.from_mapping({"dp": given["dp"]}, source=src).dp if "dp" in given else None
