@@ -505,14 +505,26 @@ def check_interleaved_micro_batches(m: int, pp: int, vpp: int, layout_field: str
     its default microbatch_group_size_per_vp_stage = pp (model_parallel_config.py): a last group of
     0 < m mod N < pp micro-batches raises "The remainder of M ... should be 0, or larger than or equal to
     the pipeline-parallel size"; a larger group size, which relaxes it, runs another issue order than
-    the one simulated here. `layout_field`: as `simulate_pipelines`'."""
+    the one simulated here. On areal-archon the refusal is rlsim's, not the trainer's: torch's
+    ScheduleInterleaved1F1B runs m micro-batches in max(1, m // pp) rounds where they divide m (torch 2.13
+    distributed/pipelining/schedules.py __init__: "requires the number of microbatches to be a multiple of
+    the number of rounds"), rounds of m // rounds, not pp (_get_warmup_ops, forward_stage_index): another
+    issue order than this Megatron one, and AReaL's archon engine splits a batch into a multiple of pp
+    anyway (areal 1.0.4 archon_engine.py _prepare_mb_list: n_mbs_divisor=pp), which a fixed micro_batch
+    does not model and a token budget does (training._token_budget_micro_batches rounds up to pp).
+    `layout_field`: as `simulate_pipelines`'."""
     if vpp > 1 and m % pp:
         raise RlsimError(f"the interleaved schedule (vpp {vpp}) needs each data-parallel replica's micro-batches "
                          f"({m}) to be a multiple of pp ({pp}): Megatron-Core refuses it (\"number of microbatches "
                          f"({m}) is not divisible by pipeline-model-parallel-size ({pp}) when using interleaved "
-                         "schedule\", pipeline_parallel/schedules.py)", field=_under(layout_field, "vpp"),
+                         "schedule\", pipeline_parallel/schedules.py), and rlsim prices Megatron's interleaved order "
+                         "alone (on areal-archon this is rlsim's limit, not torch's: AReaL's archon engine splits a "
+                         "batch into a multiple of pp micro-batches, archon_engine.py _prepare_mb_list "
+                         "n_mbs_divisor=pp)", field=_under(layout_field, "vpp"),
                          fix=f"a batch and micro-batch size that give each replica a multiple of {pp} micro-batches "
-                             "(its samples / micro_batch), another pp, or vpp: 1")
+                             "(its samples / micro_batch), a token budget (max_tokens_per_micro_batch: its count "
+                             "rounds up to a multiple of pp, as archon's actor.mb_spec.max_tokens_per_mb), another "
+                             "pp, or vpp: 1")
 
 
 def _under(prefix: str | None, name: str) -> str:

@@ -311,3 +311,13 @@ def test_errors_name_the_layout_key_given() -> None:
     with pytest.raises(RlsimError, match="multiple of pp") as err:
         simulate_pipeline(np.ones((8, 5)), np.ones((8, 5)), pp=4, vpp=2, layout_field="workload.train_layout")
     assert err.value.field == "workload.train_layout.vpp"
+
+
+def test_the_interleaved_refusal_says_it_is_rlsims_limit_on_archon() -> None:
+    """torch's ScheduleInterleaved1F1B would run 5 micro-batches on pp 4 (rounds of m // max(1, m // pp)),
+    in another order than the Megatron one simulated, and AReaL's archon engine splits into a multiple of
+    pp anyway: the refusal says the limit is rlsim's there and names the token budget that rounds as archon."""
+    with pytest.raises(RlsimError) as err:
+        simulate_pipeline(np.ones((8, 5)), np.ones((8, 5)), pp=4, vpp=2, layout_field="workload.train_layout")
+    assert "on areal-archon this is rlsim's limit, not torch's" in err.value.message
+    assert "n_mbs_divisor=pp" in err.value.message and "max_tokens_per_micro_batch" in err.value.fix
