@@ -1,6 +1,6 @@
 """Parallel-strategy planner: search, topology-aware placement, heterogeneous balancing, re-planning.
 
-Public entry points (docs/planner.md): `plan_training`, `plan_rollout`, `plan_to_target`,
+Public entry points (docs/planner.md): `plan_training` (`rerank_training`), `plan_rollout`, `plan_to_target`,
 `plan_hetero`, `plan_kind_subsets`, `replan_on_failure`, `replan_on_slowdown`, `plan_phases`, `simulate_failure_run`,
 `planner_settings` (the `planner:` YAML section / `--set planner.KEY=VALUE`).
 """
@@ -38,6 +38,7 @@ from .search import (
     enumerate_train_choices,
     plan_to_target,
     plan_training,
+    rerank_training,
 )
 
 
@@ -82,5 +83,5 @@ __all__ = [
     "TrainCandidate", "TrainChoice", "TrainPlan", "aware_placements", "balance", "enumerate_train_choices",
     "forced_placement", "groups", "naive_placement", "plan_hetero", "plan_kind_subsets", "plan_phases",
     "plan_rollout", "plan_to_target", "plan_training", "planner_settings", "replan_on_failure",
-    "replan_on_slowdown", "simulate_failure_run",
+    "replan_on_slowdown", "rerank_training", "simulate_failure_run",
 ]

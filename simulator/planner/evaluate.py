@@ -14,7 +14,7 @@ from ..llm.memory import check_fits, memory_per_device
 from ..llm.train_layout import TrainLayout
 from ..llm.training import TrainParams, device_resident, pool_devices, train_step_cost, uniform_sequences
 from ..params import TRAIN_SOFTWARE
-from .base import Evaluation, RolloutSpace, TrainChoice
+from .base import Evaluation, RefusedBeforeTiming, RolloutSpace, TrainChoice
 
 
 class TrainingEvaluator:
@@ -181,7 +181,12 @@ class TrainingEvaluator:
         return mem.total_bytes + (beside[1] if beside is not None else 0.0)
 
     def __call__(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:
-        judged, aux = self._judge(c, ranks)
+        """The candidate's evaluation; RlsimError where it is refused, RefusedBeforeTiming where a check
+        before timing its step refuses it (the search charges that less: PlannerParams.refused_cost_fraction)."""
+        try:
+            judged, aux = self._judge(c, ranks)
+        except RlsimError as exc:
+            raise RefusedBeforeTiming.of(exc) from None
         r = self._timed(c, ranks)
         memory = judged   # the peak the memory check judged: the figure it refuses a layout on
         if memory is None:   # no check: the timed step's, beside the other model's kept state (PPO: the critic's)

@@ -21,7 +21,7 @@ from ..errors import RlsimError
 from ..llm.train_layout import expert_fold
 from ..strict_model import StrictModel
 from .arguments import count_arg, model_arg, ranks_arg, space_arg, top_arg, topology_arg
-from .base import Evaluation, PlannerParams, Size, TrainChoice
+from .base import Evaluation, PlannerParams, RefusedBeforeTiming, Size, TrainChoice
 from .placement import Placement, aware_placements, naive_placement
 
 ZeroStage = Annotated[int, Field(ge=0, le=3)]
@@ -157,6 +157,13 @@ class TrainPlan:
     evaluated: int
     pruned: dict[str, int] = field(default_factory=dict)
     planning_cost_s: float = 0.0
+    # of the evaluations, those the evaluator refused before timing a step (RefusedBeforeTiming)
+    refused_before_timing: int = 0
+    # every candidate that fitted as the first pass timed it (its first aware placement), best first,
+    # and the leaders refined, by layout: what rerank_training ranks again without searching again
+    first_pass: list[TrainCandidate] = field(default_factory=list, repr=False)
+    refined: dict[TrainChoice, TrainCandidate] = field(default_factory=dict, repr=False)
+    step_tokens: float = 0.0   # global batch x sequence length: a candidate's tokens_per_s x its step time
 
     @property
     def best(self) -> TrainCandidate:
@@ -395,7 +402,9 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     """Search the training layouts of `model` on `ranks` (default: every device); best first.
 
     RlsimError when no layout fits, naming what pruned the most candidates; a model or topology may
-    be given by name, path or mapping (planner/arguments.py checks every argument).
+    be given by name, path or mapping (planner/arguments.py checks every argument). The planning
+    cost charges eval_cost_s a timed candidate and refused_cost_fraction of it a candidate the
+    evaluator refused before timing it (RefusedBeforeTiming).
     """
     model, topology = model_arg(model), topology_arg(topology)
     global_batch, seq_len, top = count_arg(global_batch, "global_batch"), count_arg(seq_len, "seq_len"), top_arg(top)
@@ -409,29 +418,8 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                                               getattr(evaluator, "micro_batch_counts", None))
     rc_rank = {r: i for i, r in enumerate(_RECOMPUTE_ORDER)}
     choices.sort(key=lambda c: (_structure(c), rc_rank.get(c.recompute, 99)))
-    fitted: set[tuple] = set()
-    evaluated = 0
-    cands: list[TrainCandidate] = []
-    tokens = global_batch * seq_len
-    first_placement: dict[tuple, Placement] = {}   # by what _placements reads of a choice
-    refused: RlsimError | None = None              # the first layout the evaluator refused, said if none fits
-    for c in choices:
-        if params.dominance_prune and _structure(c) in fitted:
-            pruned["recompute_dominated"] += 1
-            continue
-        pkey = (c.tp, c.cp, c.dp, c.pp, c.ep, c.etp)
-        placement = first_placement.get(pkey)
-        if placement is None:
-            placement = first_placement[pkey] = _placements(topology, ranks, c)[0]
-        evaluated += 1
-        try:
-            ev = evaluator(c, placement.ranks)
-        except RlsimError as exc:
-            pruned[f"infeasible:{exc.field or 'layout'}"] += 1
-            refused = refused or exc
-            continue
-        fitted.add(_structure(c))
-        cands.append(TrainCandidate(c, placement, ev, devices=len(ranks), tokens_per_s=tokens / ev.step_time_s))
+    work = _Work(topology, ranks, evaluator, global_batch * seq_len)
+    cands, refused = _first_pass(choices, work, params.dominance_prune, pruned)
     if not cands:
         worst = pruned_summary(pruned, 4) or "no layout enumerated"
         raise RlsimError(f"no training layout of {getattr(model, 'name', 'the model')} fits on "
@@ -440,34 +428,135 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                          + (f"; the first refused: {refused.message}" if refused is not None else ""),
                          field="planner", fix=_fix_for_none(pruned, model))
     cands.sort(key=_rank_key)
-    # Refine the leaders: every aware placement (keep the fastest) and the naive one (reported).
-    for cand in cands[: max(params.refine_top, top or 0)]:
-        c = cand.choice
-        for alt in _placements(topology, ranks, c):
-            if alt.ranks == cand.placement.ranks:
-                continue
-            evaluated += 1
-            try:
-                ev = evaluator(c, alt.ranks)
-            except RlsimError:
-                continue
-            if ev.step_time_s < cand.evaluation.step_time_s:
-                cand.placement, cand.evaluation = alt, ev
-                cand.tokens_per_s = tokens / ev.step_time_s
-        naive = naive_placement(ranks, c.tp, c.cp, c.dp, c.pp)
-        evaluated += 1
+    first_pass = [dataclasses.replace(cand) for cand in cands]   # before the leaders' refinement changes them
+    leaders = cands[: max(params.refine_top, top or 0)]
+    for cand in leaders:
+        _refine(cand, work)
+    enumerated = len(choices) + sum(v for k, v in pruned.items() if not k.startswith(("infeasible", "recompute_")))
+    plan = _ranked(cands, work, top, enumerated=enumerated, pruned=dict(sorted(pruned.items())),
+                   cost_s=lambda timed, refused: params.search_cost_s(timed, refused))
+    plan.first_pass, plan.refined = first_pass, {cand.choice: cand for cand in leaders}
+    return plan
+
+
+def rerank_training(plan: TrainPlan, keep: Callable[[TrainChoice], bool], topology: Any, ranks: Sequence[int],
+                    evaluator: Evaluator, *, params: PlannerParams | None = None, top: int | None = None) -> TrainPlan:
+    """The plan that plan_training would give on the same space, ranks and evaluator with every layout
+    ``keep`` rejects refused, from ``plan`` (one of plan_training's) rather than a second search: its
+    first pass kept, the kept leaders refined (their aware and naive placements) unless ``plan`` refined
+    them. Exact where ``keep`` holds alike for every recompute mode of a layout (_structure: dominance then
+    skips the same modes) and the evaluator would refuse the rest before timing anything (room beside a
+    consolidated tail: autoplan._consolidating). Only the refinement made here is evaluated and charged
+    (``evaluated``, ``planning_cost_s``: no fixed part, the search is not made again); ``pruned`` is
+    ``plan``'s. RlsimError where ``keep`` rejects every layout that fitted."""
+    params = params or PlannerParams()
+    cands = [dataclasses.replace(cand) for cand in plan.first_pass if keep(cand.choice)]
+    if not cands:
+        raise RlsimError(f"none of the {len(plan.first_pass)} training layouts that fit is kept", field="planner",
+                         fix="widen planner.space, or keep more layouts")
+    work = _Work(topology, list(ranks), evaluator, plan.step_tokens)
+    for i in range(min(len(cands), max(params.refine_top, top or 0))):   # the leaders
+        done = plan.refined.get(cands[i].choice)
+        if done is None:
+            _refine(cands[i], work)
+        else:   # the first search refined it already: the same evaluations
+            cands[i] = dataclasses.replace(done)
+    leaders = cands[: max(params.refine_top, top or 0)]
+    out = _ranked(cands, work, top, enumerated=plan.enumerated, pruned=dict(plan.pruned),
+                  cost_s=lambda timed, refused: params.search_cost_s(timed, refused, fixed=False))
+    out.first_pass, out.refined = plan.first_pass, {**plan.refined, **{c.choice: c for c in leaders}}
+    return out
+
+
+@dataclass
+class _Work:
+    """What a search evaluates on (the topology, its ranks, the evaluator, the step's tokens) and the
+    evaluations it made: timed, and refused before timing (RefusedBeforeTiming)."""
+
+    topology: Any
+    ranks: Sequence[int]
+    evaluator: Evaluator
+    tokens: float
+    evaluated: int = 0
+    refused_early: int = 0
+
+    def evaluate(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:
+        """The evaluator's answer, counted (a refusal before timing as such)."""
+        self.evaluated += 1
         try:
-            cand.naive = cand.evaluation if naive.ranks == cand.placement.ranks else evaluator(c, naive.ranks)
+            return self.evaluator(c, ranks)
+        except RefusedBeforeTiming:
+            self.refused_early += 1
+            raise
+
+    def candidate(self, c: TrainChoice, placement: Placement, ev: Evaluation) -> TrainCandidate:
+        return TrainCandidate(c, placement, ev, devices=len(self.ranks), tokens_per_s=self.tokens / ev.step_time_s)
+
+
+def _first_pass(choices: list[TrainChoice], work: _Work, dominance_prune: bool, pruned: Counter
+                ) -> tuple[list[TrainCandidate], RlsimError | None]:
+    """Every choice (in _structure order, least recompute first) under its first aware placement, the
+    more-recompute modes of a structure that fitted skipped (dominance); the candidates that fitted and
+    the first refusal (said if none fits). ``pruned`` counts the skipped and the refused."""
+    fitted: set[tuple] = set()
+    cands: list[TrainCandidate] = []
+    first_placement: dict[tuple, Placement] = {}   # by what _placements reads of a choice
+    refused: RlsimError | None = None
+    for c in choices:
+        if dominance_prune and _structure(c) in fitted:
+            pruned["recompute_dominated"] += 1
+            continue
+        pkey = (c.tp, c.cp, c.dp, c.pp, c.ep, c.etp)
+        placement = first_placement.get(pkey)
+        if placement is None:
+            placement = first_placement[pkey] = _placements(work.topology, work.ranks, c)[0]
+        try:
+            ev = work.evaluate(c, placement.ranks)
+        except RlsimError as exc:
+            pruned[f"infeasible:{exc.field or 'layout'}"] += 1
+            refused = refused or exc
+            continue
+        fitted.add(_structure(c))
+        cands.append(work.candidate(c, placement, ev))
+    return cands, refused
+
+
+def _refine(cand: TrainCandidate, work: _Work) -> None:
+    """A leader re-evaluated under every aware placement (the fastest kept) and the naive one (reported)."""
+    c = cand.choice
+    for alt in _placements(work.topology, work.ranks, c):
+        if alt.ranks == cand.placement.ranks:
+            continue
+        try:
+            ev = work.evaluate(c, alt.ranks)
         except RlsimError:
-            cand.naive = None
+            continue
+        if ev.step_time_s < cand.evaluation.step_time_s:
+            cand.placement, cand.evaluation = alt, ev
+            cand.tokens_per_s = work.tokens / ev.step_time_s
+    naive = naive_placement(work.ranks, c.tp, c.cp, c.dp, c.pp)
+    if naive.ranks == cand.placement.ranks:
+        work.evaluated += 1   # counted as the search always has, though nothing is evaluated again
+        cand.naive = cand.evaluation
+        return
+    try:
+        cand.naive = work.evaluate(c, naive.ranks)
+    except RlsimError:
+        cand.naive = None
+
+
+def _ranked(cands: list[TrainCandidate], work: _Work, top: int | None, *, enumerated: int, pruned: dict[str, int],
+            cost_s: Callable[[int, int], float]) -> TrainPlan:
+    """The plan of the candidates, best first (``top`` of them), its evaluations charged by ``cost_s(timed,
+    refused before timing)`` (PlannerParams.search_cost_s)."""
     cands.sort(key=_rank_key)
     keep = cands if top is None else cands[:top]
     for cand in keep:
-        cand.tp_level = _tp_level(topology, cand.placement, cand.choice)
-    return TrainPlan(keep, enumerated=len(choices) + sum(v for k, v in pruned.items()
-                                                         if not k.startswith(("infeasible", "recompute_"))),
-                     evaluated=evaluated, pruned=dict(sorted(pruned.items())),
-                     planning_cost_s=params.fixed_cost_s + evaluated * params.eval_cost_s)
+        cand.tp_level = _tp_level(work.topology, cand.placement, cand.choice)
+    timed = work.evaluated - work.refused_early
+    return TrainPlan(keep, enumerated=enumerated, evaluated=work.evaluated, pruned=pruned,
+                     planning_cost_s=cost_s(timed, work.refused_early), refused_before_timing=work.refused_early,
+                     step_tokens=work.tokens)
 
 
 def plan_to_target(model: Any, topology: Any, global_batch: int, seq_len: int, target_tokens_per_s: float, *,
