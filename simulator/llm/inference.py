@@ -932,14 +932,6 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
-def _first_of_each(keys: np.ndarray) -> np.ndarray:
-    """Index of the first occurrence of each distinct key (np.unique(keys, return_index=True)[1]
-    as a set), by one stable sort."""
-    order = np.argsort(keys, kind="stable")
-    s = keys[order]
-    return order[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else order
-
-
 def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
     """Python ints of a sequence of integers (an integer array or a range without a loop)."""
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
@@ -1488,7 +1480,7 @@ class RolloutEngine:
         if not self._waiting or self._n >= self.max_running or self._full and self._n:
             return None
         slot = self._waiting[0]
-        ctx = self._p[slot] + self._g[slot]
+        ctx = self._p[slot] + self._g[slot] - self._hit_gain(slot)   # (less a running member's pages: _admit)
         pages = self.seq_kv * (self._n + 1)   # the running ones' and its pages beside their tokens
         if self._K - self._shared + ctx + 1 + pages > self.capacity:
             return None
@@ -1731,7 +1723,7 @@ class RolloutEngine:
         held = kv - self._shared   # the pool's slots in use: a shared prompt's pages once
         cap, max_n, seq_kv = self.capacity, self.max_running, self.seq_kv
         share = self.cost.params.enable_prefix_caching
-        group, seen = self._group, {}   # group -> the slot that prefills its prompt in this step
+        group, sets = self._group, self._share_sets   # a prompt's running members (_share): its pages
         admitted: list[tuple[int, int]] = []
         pieces: list[tuple[int, float]] = []   # (tokens computed, attention pairs) per admitted
         if self._full and n0:   # (an idle engine always tries: nothing runs that could free room)
@@ -1743,10 +1735,11 @@ class RolloutEngine:
             slot = waiting[0]
             ctx = p[slot] + g_of[slot]
             kept = self._kept.get(slot, 0) if self._kept else 0
-            first = seen.get(group[slot]) if share and not kept and group[slot] >= 0 else None
-            # the slots it takes: its tokens and the one its prefill yields, less the prompt's pages a hit
-            # shares with the first's (_share)
-            new = ctx + 1 - (self._share_gain(slot, first) if first is not None else 0)
+            key = group[slot] if share and group[slot] >= 0 else None
+            members = sets.get(key) if key is not None and sets else None
+            # the slots it takes: its tokens and the one its prefill yields, less the prompt's pages a
+            # running member of its group holds (admitted in this step or an earlier one: _share)
+            new = ctx + 1 - (self._share_gain(slot, members) if members else 0)
             if held + new + seq_kv * (n + 1) > cap or arrival[slot] > now:  # room for it and one more step
                 break
             if reserve:
@@ -1760,12 +1753,12 @@ class RolloutEngine:
                 del self._kept[slot]
                 own = ctx - kept
                 pieces.append((own, own * kept + own * (own + 1) / 2.0))
-            elif first is not None:   # the prompt's KV is cached
-                self._share(slot, first)
+            elif members:   # the prompt's KV is cached (a running member holds its pages)
                 pieces.append(_hit_piece(ctx, p[slot]))
             else:
-                seen[group[slot]] = slot
                 pieces.append((ctx, ctx * (ctx + 1) / 2.0))
+            if key is not None:
+                self._share(slot, key)
             state[slot] = _RUNNING
             n += 1
             kv += ctx + 1
@@ -1783,23 +1776,30 @@ class RolloutEngine:
         kv += ride * n0
         self._enter(admitted, end, n, kv)
 
-    def _share(self, slot: int, first: int) -> None:
-        """``slot`` takes the prompt's pages ``first`` prefilled (a prefix-cache hit: vLLM's block pool
-        hands it the cached blocks themselves, v1/core/block_pool.py touch raising their ref_cnt;
-        SGLang's radix tree its matched nodes): they count once among the set's running members
-        while any of them runs (_set_shared)."""
-        members = self._share_sets.get(first)
+    def _share(self, slot: int, key: int) -> None:
+        """``slot`` joins the running members of its prompt's group ``key``: the first prefills the
+        prompt, a later one (admitted in the same step or any later one, a re-admitted preempted one
+        too) takes the pages a member holds (a prefix-cache hit: vLLM's block pool hands it the
+        cached blocks themselves, v1/core/block_pool.py touch raising their ref_cnt; SGLang's radix
+        tree its matched nodes): they count once among the members while any of them runs
+        (_set_shared). Pages whose last member left are taken as gone (PREFIX_CACHE_SCOPE)."""
+        members = self._share_sets.get(key)
         if members is None:
-            members = self._share_sets[first] = [first]
-            self._share_of[first] = first
-        self._shared += self._share_gain(slot, first)
+            members = self._share_sets[key] = []
+        else:
+            self._shared += self._share_gain(slot, members)
         members.append(slot)
-        self._share_of[slot] = first
+        self._share_of[slot] = key
 
-    def _share_gain(self, slot: int, first: int) -> int:
-        """The tokens ``slot`` would hold in pages of the set ``first`` keys (_set_shared's rise)."""
-        members = self._share_sets.get(first, [first])
+    def _share_gain(self, slot: int, members: list[int]) -> int:
+        """The tokens ``slot`` would hold in pages of the running ``members`` (_set_shared's rise)."""
         return self._set_shared([*members, slot]) - self._set_shared(members)
+
+    def _hit_gain(self, slot: int) -> int:
+        """The pool slots a waiting ``slot`` would take fewer on admission: the prompt's pages a
+        running member of its group holds (_admit), 0 without one."""
+        members = self._share_sets.get(self._group[slot]) if self._share_sets else None
+        return self._share_gain(slot, members) if members else 0
 
     def _set_shared(self, members: list[int]) -> int:
         """Tokens a sharing set's members hold in each other's pages: each one's prompt but its last
@@ -1809,7 +1809,7 @@ class RolloutEngine:
 
     def _unshare(self, slot: int) -> None:
         """A running ``slot`` of a sharing set leaves (finished, preempted, retracted): the prompt's
-        pages stay while another member runs."""
+        pages stay while another member runs; the set goes with its last member."""
         key = self._share_of.pop(slot)
         members = self._share_sets[key]
         before = self._set_shared(members)
@@ -2229,7 +2229,8 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
     total = len(ev.steps)
     pre = np.zeros(total)
     has = ev.admitted > 0
-    tokens, pairs = _prefill_work(cost, groups[jobs], ctx, g_jobs, p_jobs, job_event, total)
+    tokens, pairs = _prefill_work(cost, ctx, p_jobs, job_event, total, _prefix_hits(engines, walks, groups, jobs, fin_slots,
+                                                                                   job_event, fin_event))
     if has.sum() <= _SCALAR_PREFILLS:   # a few: prefill_s itself, cheaper than the array form
         pre[has] = [cost.prefill_s(t, a, k) for t, a, k in
                     zip(tokens[has].tolist(), pairs[has].tolist(), ev.admitted[has].tolist(), strict=True)]
@@ -2284,24 +2285,57 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
             np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), walk.waiting])
 
 
-def _prefill_work(cost: StepCost, group: np.ndarray, ctx: np.ndarray, g: np.ndarray, p: np.ndarray,
-                  job_event: np.ndarray, events: int) -> tuple[np.ndarray, np.ndarray]:
+def _prefill_work(cost: StepCost, ctx: np.ndarray, p: np.ndarray, job_event: np.ndarray, events: int,
+                  hits: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """(tokens computed, attention pairs) of each of the ``events`` events' prefill, _admit's pieces
-    summed (``group``, ``ctx``, ``g``, ``p``: per admitted job): with prefix caching a later sample
-    of a prompt (group >= 0) admitted in the same step computes only its own generated tokens, or
-    its prompt's last token when it has none (a hit leaves the last token: _admit).
-    Pairs are integers below 2^53: exact as floats in any order."""
+    summed (``ctx``, ``p``: per admitted job): a prefix-cache hit (``hits``, per job; None: none)
+    computes only its own generated tokens, or its prompt's last token when it has none (a hit
+    leaves the last token: _admit). Pairs are integers below 2^53: exact as floats in any order."""
     tokens, pairs = ctx, ctx * (ctx + 1) // 2
-    if cost.params.enable_prefix_caching and len(group):
-        first = np.zeros(len(group), bool)
-        key = job_event * (int(group.max()) - int(group.min()) + 1) + (group - int(group.min()))
-        first[_first_of_each(key)] = True
-        cached = (group >= 0) & ~first
+    if hits is not None:
         hit = np.minimum(p, ctx - 1)
         own = ctx - hit
-        tokens = np.where(cached, own, ctx)
-        pairs = np.where(cached, own * hit + own * (own + 1) // 2, pairs)
+        tokens = np.where(hits, own, ctx)
+        pairs = np.where(hits, own * hit + own * (own + 1) // 2, pairs)
     return _sums_by(tokens, job_event, events).astype(np.int64), _sums_by(pairs, job_event, events)
+
+
+def _prefix_hits(engines: list[RolloutEngine], walks: list[_Walk], groups: np.ndarray, jobs: np.ndarray,
+                 fin_slots: np.ndarray, job_event: np.ndarray, fin_event: np.ndarray) -> np.ndarray | None:
+    """Per admitted job of the joined runs (_time_events' global slots and events), whether it hits
+    its prompt's cached pages (_admit): with prefix caching, a job of a group (>= 0) admitted while
+    a member of its group runs - one admitted before it at the same event, or at an earlier event
+    and not finished before this one's admissions (finishes come first), or one running at the
+    run's start in its engine's share sets. None when no job can hit."""
+    if not engines[0].cost.params.enable_prefix_caching or not len(jobs):
+        return None
+    job_group = groups[jobs]
+    if int(job_group.max()) < 0:
+        return None
+    sizes = [len(e._group) for e in engines]
+    offsets = np.cumsum(sizes) - sizes
+    span = int(groups.max()) + 1   # engines' groups apart: group + engine x span
+    engine_of_slot = np.repeat(np.arange(len(engines)), sizes)
+    fin_of = np.empty(len(groups), np.int64)
+    fin_of[fin_slots] = fin_event
+    held = np.array([s + int(offsets[i]) for i, (e, w) in enumerate(zip(engines, walks, strict=True))
+                     for s, _, _ in w.start_running if s in e._share_of], np.int64)
+    members = np.concatenate((held, jobs))
+    key = np.where(groups[members] >= 0, groups[members] + engine_of_slot[members] * span, -1)
+    at = np.concatenate((np.full(len(held), -1, np.int64), job_event))
+    # a member is running from its admission event to its finish event (a job done at its
+    # prefill's end leaves after its event's admissions: one event)
+    until = np.maximum(fin_of[members], at + 1)
+    order = np.argsort(key, kind="stable")   # each group's members together, in admission order
+    k = key[order]
+    first = np.concatenate(([True], k[1:] != k[:-1]))
+    lift = (np.cumsum(first) - 1) * (int(until.max()) + 2)   # a running max that restarts per group
+    reach = np.maximum.accumulate(until[order] + lift) - lift
+    before = np.empty_like(reach)
+    before[0], before[1:] = -1, reach[:-1]
+    hit = np.empty(len(members), bool)
+    hit[order] = ~first & (before > at[order]) & (k >= 0)
+    return hit[len(held):]
 
 
 class _RunTrace:
