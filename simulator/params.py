@@ -1090,8 +1090,9 @@ class InferenceParams(StrictModel):
     # carries the running decodes and prefill chunks fill the rest of the budget.
     max_num_batched_tokens: int | None = Field(None, ge=1)
     chunked_prefill: bool = False
-    # vLLM V1 default on: the samples of one prompt added together with one group id share one
-    # prefill of the prompt (callers that pass no group ids share nothing).
+    # vLLM V1 default on: a sample of a prompt (one group id) admitted while another sample of it
+    # runs hits the prompt's cached pages (computes its last token only) and shares them (callers
+    # that pass no group ids share nothing; pages whose last sample left are not kept).
     enable_prefix_caching: bool = True
     # vLLM max_model_len: prompt + response of a sequence stop there (NeMo RL sets it to
     # max_total_sequence_length: response <= T-max - prompt). None: the response lengths as given.

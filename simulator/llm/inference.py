@@ -1067,10 +1067,10 @@ class RolloutEngine:
                  group_ids: Sequence[int] | None = None, kept: Sequence[int] | None = None) -> None:
         """Queue several sequences arriving together (prefilled together when they fit).
         `group_ids` (optional, one per sequence): the samples of one prompt carry one id; with
-        enable_prefix_caching those admitted in one step share one prefill of the prompt (the
-        first computes it, the others only their own generated tokens, or the prompt's last token
-        when they have none: an engine computes a hit's last token again for its logits). None: no
-        sharing.
+        enable_prefix_caching one admitted while another of its prompt runs (admitted at the same
+        step or an earlier one) hits the prompt's cached pages and shares them (_share): it
+        computes only its own generated tokens, or the prompt's last token when it has none (an
+        engine computes a hit's last token again for its logits). None: no sharing.
         `kept` (optional, one per sequence): the tokens of its prompt + generated whose KV is still
         cached (a request paused in place, not aborted): its admission computes only the rest, at
         least its last token. With max_model_len, a response stops at max_model_len - prompt tokens."""
@@ -1782,7 +1782,9 @@ class RolloutEngine:
         too) takes the pages a member holds (a prefix-cache hit: vLLM's block pool hands it the
         cached blocks themselves, v1/core/block_pool.py touch raising their ref_cnt; SGLang's radix
         tree its matched nodes): they count once among the members while any of them runs
-        (_set_shared). Pages whose last member left are taken as gone (PREFIX_CACHE_SCOPE)."""
+        (_set_shared). A limit: pages whose last member left are taken as gone (vLLM keeps a freed
+        block's hash until the pool reuses it, so a sample admitted after the others finished may
+        still hit: not modelled, docs/cost-models-inference.md "Prefix caching")."""
         members = self._share_sets.get(key)
         if members is None:
             members = self._share_sets[key] = []
