@@ -663,6 +663,16 @@ class MemoryParams(StrictModel):
         return self
 
 
+# Megatron-Core token dispatchers rlsim does not price (CommParams.moe_token_dispatcher refuses them).
+UNMODELLED_DISPATCHERS = {
+    "alltoall_seq": "megatron-core 0.9 - 0.12 MoEAlltoAllSEQTokenDispatcher (moe/legacy_a2a_token_dispatcher.py: "
+                    "'a replica of the MoEAlltoAllTokenDispatcher from version 0.8', the one 'alltoall' is read "
+                    "from): price it as 'alltoall'",
+    "flex": "megatron-core 0.13.0 MoEFlexTokenDispatcher (not in 0.11.0), DeepEP's fused dispatch and combine kernels over the "
+            "expert-TP x EP group: not modelled",
+}
+
+
 class CommParams(StrictModel):
     """Communication constants of training; reachable from YAML as `train_params.comm.<field>`."""
 
@@ -672,6 +682,29 @@ class CommParams(StrictModel):
     # issues TP all-reduces, EP all-to-alls and the pipeline sends on the critical path: 0.
     tp_overlap_fraction: float = Field(0.0, ge=0, le=1)
     ep_overlap_fraction: float = Field(0.0, ge=0, le=1)
+    # Megatron-Core's MoE token dispatcher (TransformerConfig.moe_token_dispatcher_type), what moves an
+    # MoE layer's routed tokens to their experts and back (llm/training.py _expert_exchange):
+    # - "alltoall" (MoEAlltoAllTokenDispatcher): each rank's T / tp tokens (SP) x k routed copies
+    #   all-to-all over the EP group, dispatch and combine, then gathered / reduce-scattered over the
+    #   expert-TP group (megatron-core 0.8.0 / 0.13.0 moe/token_dispatcher.py).
+    # - "allgather" (MoEAllGatherTokenDispatcher): every rank's T / tp tokens all-gathered over the
+    #   expert-TP x EP group (0.8.0: tensor_and_expert_parallel_group, gather_from_sequence_parallel_
+    #   region_to_moe; 0.13.0: tp_ep_group, gather_from_sequence_parallel_region), each rank keeping the
+    #   copies routed to its local experts, the experts' output reduce-scattered back over that group
+    #   (reduce_scatter_to_sequence_parallel_region): etp x ep x the rank's tokens each way, whatever
+    #   the top-k; the backward the transposes. It replaces the all-to-alls and the expert-TP
+    #   gathers. The gathered tokens sit in Megatron's global memory buffer (use_global_buffer=True) and
+    #   are not saved for the backward, which keeps the local experts' inputs as the all-to-all
+    #   dispatcher does (the same rows): activation memory is the same.
+    # Default "alltoall": what the frameworks rlsim imports run: verl (0.6.1 models/mcore/
+    # config_converter.py, utils/megatron_utils.py), SkyRL (0.3.0 MegatronConfig), AReaL (1.0.4
+    # MegatronEngineConfig, models/mcore/registry.py) and NeMo RL's Megatron-Bridge model providers
+    # (megatron-bridge 0.3.0 Qwen3MoEModelProvider, DeepSeekModelProvider). Megatron-Core's own
+    # TransformerConfig default is "allgather" (0.8.0 - 0.13.0), which from 0.10.0 it refuses beside
+    # variable_seq_lengths=True, set by verl, SkyRL and AReaL (their importers refuse it).
+    # "alltoall_seq" (0.9 - 0.12, the 0.8 all-to-all kept) and "flex" (DeepEP, in 0.13.0) are refused
+    # (UNMODELLED_DISPATCHERS).
+    moe_token_dispatcher: Literal["alltoall", "allgather"] = "alltoall"
     # Ring-attention CP overlaps the KV exchange with the blocks already local (Megatron-Core CP);
     # half hidden is an assumption until calibrated.
     cp_overlap_fraction: float = Field(0.5, ge=0, le=1)
@@ -785,6 +818,17 @@ class CommParams(StrictModel):
     # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
     # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
     optimizer_traffic_bytes_per_param: float = Field(30.0, ge=0)
+
+    @field_validator("moe_token_dispatcher", mode="before")
+    @classmethod
+    def _dispatcher_modelled(cls, value: Any) -> Any:
+        """Megatron-Core's other dispatchers are refused by name, saying what rlsim prices."""
+        if value in UNMODELLED_DISPATCHERS:
+            raise ValueError(f"Megatron-Core's {value!r} token dispatcher is not one rlsim prices "
+                             f"({UNMODELLED_DISPATCHERS[value]}); rlsim prices 'alltoall' (the k routed copies "
+                             "all-to-all over EP) and 'allgather' (the tokens all-gathered over expert-TP x EP): "
+                             "use one of them")
+        return value
 
     @field_validator(*GATED_KNOBS["comm"], mode="after")
     @classmethod
@@ -1941,6 +1985,12 @@ LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
                                         "for the weight gradients", "set workload.train_layout.tp above 1"),
     "ep_overlap_fraction": LayoutGate(lambda lay: lay.ep > 1, "expert parallelism (train_layout.ep > 1)",
                                       "the share of its all-to-alls hidden", "set workload.train_layout.ep above 1"),
+    # Megatron-Core's dispatchers move tokens when tp_size (expert TP) or ep_size is above 1
+    # (0.13.0 MoEAllGatherTokenDispatcher.token_dispatch, MoEAlltoAllTokenDispatcher)
+    "moe_token_dispatcher": LayoutGate(lambda lay: lay.ep > 1 or lay.expert_tp > 1,
+                                       "expert parallelism or expert tensor parallelism (train_layout.ep > 1, or "
+                                       "etp > 1, or tp > 1 with etp unset)", "how the routed tokens reach their "
+                                       "experts' ranks and come back", "set workload.train_layout.ep above 1"),
     # pipeline sends (llm/training.py _p2p_times, pipeline.py): only between stages
     **dict.fromkeys(("pp_blocking_send", "pp_variable_seq_lengths"), LayoutGate(
         lambda lay: lay.pp > 1, "pipeline parallelism (train_layout.pp > 1)", "the sends between stages",
@@ -2147,8 +2197,8 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
     on (llm/train_compute.py, llm/memory.py): the flash ratio and the materialized-attention backward
     factor (flash_ratio_read_past; the factor also prices the Mamba-2 scans' backward), a dense FFN's
     activation traffic of the kind no model has (SwiGLU reads gated_act_traffic_bytes_per_ffn, GELU
-    act_traffic_bytes_per_ffn; routed experts are gated), the MoE token shuffle without experts, the
-    stored score bytes with flash attention (no score matrix is kept), TE userbuffers without a dense
+    act_traffic_bytes_per_ffn; routed experts are gated), the MoE token shuffle and token dispatcher
+    without experts, the stored score bytes with flash attention (no score matrix is kept), TE userbuffers without a dense
     attention + MLP layer (MoE, MLA and hybrid layers keep tp_overlap_fraction)."""
     compute, flash = train.compute, train.compute.flash_attention
     found = flash_ratio_read_past(compute, stack.compute, shapes.mamba)
@@ -2161,6 +2211,7 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
                                                          "or routed experts", "a model with a SwiGLU FFN or experts"),
              "compute.moe_permute_traffic_bytes_per_hidden": (shapes.experts, "a model with routed experts",
                                                               "an MoE model"),
+             "comm.moe_token_dispatcher": (shapes.experts, "a model with routed experts", "an MoE model"),
              "memory.score_bytes_per_elem": (not flash, "materialized attention (flash_attention: false)",
                                              "flash_attention: false"),
              "comm.tp_userbuffers": (shapes.userbuffer_blocks, "a dense attention + MLP layer (TE userbuffers "

@@ -204,6 +204,9 @@ class _Groups:
     # Megatron's embedding group: the first and the last pipeline stage's ranks of one (dp, cp, tp)
     # coordinate, which all-reduce a tied word embedding's gradients (_tied_embedding_sync_s); empty at pp 1
     embedding: list[int] = field(default_factory=list)
+    # expert-TP x EP group per stage (etp x ep ranks: Megatron-Core's tp_ep group, over which the
+    # allgather token dispatcher gathers and reduce-scatters the tokens). Empty: each stage's EP group.
+    tp_ep: list[list[int]] = field(default_factory=list)
 
     def sharded(self, stage: int, expert: bool = False) -> tuple[list[int], list[int]]:
         """(shard group, copies group) of a stage's dense or expert DP group under ZeRO: the first
@@ -228,7 +231,7 @@ def _positions(layout: TrainLayout) -> np.ndarray:
 @lru_cache(maxsize=256)
 def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
     r = np.asarray(ranks, dtype=np.int64)[_positions(layout)]  # [s, d, c, t] -> physical rank
-    tp, cp, ep, dpg, edp, p2p, etp_groups = [], [], [], [], [], [], []
+    tp, cp, ep, dpg, edp, p2p, etp_groups, tp_ep = [], [], [], [], [], [], [], []
     etp = layout.expert_tp
     for s in range(layout.pp):
         tp.append(r[s, 0, 0, :].tolist())
@@ -240,10 +243,12 @@ def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
         dpg.append(r[s, :, :, 0].ravel().tolist())            # d outer, c inner
         edp.append(folded[:, 0, 0].tolist())
         etp_groups.append(folded[0, 0, :].tolist())
+        tp_ep.append(folded[0].ravel().tolist())
     for s in range(layout.pp):
         p2p.append((int(r[s, 0, 0, 0]), int(r[(s + 1) % layout.pp, 0, 0, 0])))
     embedding = [int(r[0, 0, 0, 0]), int(r[-1, 0, 0, 0])] if layout.pp > 1 else []
-    return _Groups(tp, cp, ep, dpg, edp, p2p, layout.zero_shard, layout.expert_zero_shard, etp_groups, embedding)
+    return _Groups(tp, cp, ep, dpg, edp, p2p, layout.zero_shard, layout.expert_zero_shard, etp_groups, embedding,
+                   tp_ep)
 
 
 def _sharded_sync(comm: _Comm, groups: _Groups, stage: int, expert: bool, grad_bytes: float,
@@ -656,11 +661,12 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
         if layout.sp and cp_.sp_backward_allgather:  # inputs of QKV and FC1 re-gathered for dW
             bwd["tp"] = bwd["tp"] + blocks * comm.many("all_gather", g, act) * (
                 1 - cp_.sp_backward_allgather_overlap_fraction)
-    if layer.moe and layout.expert_tp > 1:   # the routed experts' block over the expert-TP group
-        routed = _routed_expert_tp_s(layer, layout, act, groups.etp[stage] if groups.etp else groups.tp[stage], comm)
-        routed = routed * (1 - cp_.tp_overlap_fraction)
-        fwd["tp"] = fwd.get("tp", 0.0) + routed
-        bwd["tp"] = bwd.get("tp", 0.0) + routed
+    allgather = cp_.moe_token_dispatcher == "allgather"
+    if layer.moe and (layout.ep > 1 or layout.expert_tp > 1):   # the routed tokens to their experts and back
+        routed, exchange = _expert_exchange(layer, h, layout, tokens_local, groups, stage, comm, params)
+        if layout.expert_tp > 1 and not allgather:   # the routed experts' block over the expert-TP group
+            fwd["tp"] = fwd.get("tp", 0.0) + routed
+            bwd["tp"] = bwd.get("tp", 0.0) + routed
     if layout.cp > 1 and layout.ulysses_sp:
         fwd["cp"], bwd["cp"] = _ulysses_comm(layer, layout, tokens_local, groups.cp[stage], comm, params)
     elif layout.cp > 1:  # ring attention: KV around the ring forward; KV again and dKV backward
@@ -672,10 +678,8 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
         fwd["cp"] = comm.many("all_gather", g, kv) * (1 - cp_.cp_overlap_fraction)
         bwd["cp"] = (comm.many("all_gather", g, kv) + comm.many("reduce_scatter", g, kv)) * (
             1 - cp_.cp_overlap_fraction)
-    if layer.moe and layout.ep > 1:  # dispatch + combine, forward and backward
-        sent = tokens_local / (layout.tp if layout.sp else 1) * layer.experts_per_token * h * a
-        t = 2.0 * comm.many("all_to_all", groups.ep[stage], sent) * (1 - cp_.ep_overlap_fraction)
-        fwd["ep"] = bwd["ep"] = t
+    if layer.moe and (layout.ep > 1 or (layout.expert_tp > 1 and allgather)):   # dispatch + combine
+        fwd["ep"] = bwd["ep"] = exchange
     if layout.zero >= 3:
         gather, reduce = _fsdp_layer_comm(layer, layout, groups, stage, comm, params)
         if gather > 0 or reduce > 0:
@@ -693,6 +697,36 @@ def _dense_tp_blocks(layer: LayerShape) -> float:
         return layer.tp_reductions
     shared = any(g.name == "shared_up" for g in layer.gemms)
     return layer.tp_reductions - 1.0 + (1.0 if shared else 0.0)
+
+
+def _expert_exchange(layer: LayerShape, hidden: int, layout: TrainLayout, tokens_local: np.ndarray, groups: _Groups,
+                     stage: int, comm: _Comm, params: TrainParams) -> tuple[np.ndarray, np.ndarray]:
+    """An MoE layer's routed-token exchange, one direction (forward; the backward runs the transposes,
+    the same sizes): (the expert-TP part, the rest), exposed, by Megatron-Core's token dispatcher
+    (CommParams.moe_token_dispatcher). "alltoall": the routed experts' gather / scatter over the
+    expert-TP group (_routed_expert_tp_s, x (1 - tp_overlap_fraction)) and the dispatch + combine
+    all-to-alls of each rank's T / tp (SP) tokens x k copies over EP (x (1 - ep_overlap_fraction)).
+    "allgather": none of those, but the rank's T / tp tokens all-gathered over the expert-TP x EP group
+    and the experts' output reduce-scattered back over it, etp x ep x T / tp tokens gathered whatever
+    the top-k (megatron-core 0.13.0 MoEAllGatherTokenDispatcher.token_dispatch / token_combine), x (1 -
+    ep_overlap_fraction): (0, that). Without SP each rank's T tokens (Megatron-Core refuses MoE training
+    with TP and no SP: moe/moe_layer.py forward)."""
+    cp_, a = params.comm, params.compute.activation_bytes
+    rows = tokens_local / (layout.tp if layout.sp else 1)
+    if cp_.moe_token_dispatcher == "allgather":
+        gathered = rows * layout.expert_tp * layout.ep * hidden * a
+        group = groups.tp_ep[stage] if groups.tp_ep else groups.ep[stage]
+        t = (comm.many("all_gather", group, gathered) + comm.many("reduce_scatter", group, gathered)) * (
+            1 - cp_.ep_overlap_fraction)
+        return np.zeros_like(tokens_local, dtype=float), t
+    act = tokens_local * hidden * a
+    etp_group = groups.etp[stage] if groups.etp else groups.tp[stage]
+    routed = _routed_expert_tp_s(layer, layout, act, etp_group, comm) * (1 - cp_.tp_overlap_fraction) \
+        if layout.expert_tp > 1 else np.zeros_like(act)
+    sent = rows * layer.experts_per_token * hidden * a
+    exchange = 2.0 * comm.many("all_to_all", groups.ep[stage], sent) * (1 - cp_.ep_overlap_fraction) \
+        if layout.ep > 1 else np.zeros_like(act)
+    return routed, exchange
 
 
 def _routed_expert_tp_s(layer: LayerShape, layout: TrainLayout, act: np.ndarray, group: Sequence[int],
@@ -850,7 +884,7 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                 if key is None:
                     key = stage_keys[stage] = tuple(comm.group_key(g[stage]) for g in
                                                     (groups.tp, groups.cp, groups.ep, groups.dp, groups.edp,
-                                                     groups.etp or groups.tp))
+                                                     groups.etp or groups.tp, groups.tp_ep or groups.ep))
                 fingerprint = (u, key)
                 add = same_comm.get(fingerprint)
                 if add is not None:
@@ -1142,7 +1176,7 @@ def _slowest_groups(layout: TrainLayout, ranks: tuple[int, ...], first: _Groups,
         pool = {tuple(g): g for g in candidates}
         return max(pool.values(), key=lambda g: comm.one(op, g, PROBE_BYTES)) if len(pool) > 1 else next(iter(pool.values()))
 
-    tp, cp, ep, dpg, edp, p2p, etp = [], [], [], [], [], [], []
+    tp, cp, ep, dpg, edp, p2p, etp, tp_ep = [], [], [], [], [], [], [], []
     for s in range(layout.pp):
         folded = r[s].reshape(-1).reshape(layout.expert_dp, layout.ep, layout.expert_tp)   # as _groups folds
         ep.append(slowest("all_to_all", (folded[d, :, t].tolist() for d in range(folded.shape[0])
@@ -1151,6 +1185,7 @@ def _slowest_groups(layout: TrainLayout, ranks: tuple[int, ...], first: _Groups,
                                           for e in range(folded.shape[1]))))
         edp.append(slowest("reduce_scatter", (folded[:, e, t].tolist() for e in range(folded.shape[1])
                                               for t in range(folded.shape[2]))))
+        tp_ep.append(slowest("all_gather", (folded[d].ravel().tolist() for d in range(folded.shape[0]))))
         tp.append(slowest("all_reduce", (r[s, d, c, :].tolist() for d in range(r.shape[1]) for c in range(r.shape[2]))))
         cp.append(slowest("all_gather", (r[s, d, :, t].tolist() for d in range(r.shape[1]) for t in range(r.shape[3]))))
         dpg.append(slowest("reduce_scatter", (r[s, :, :, t].ravel().tolist() for t in range(r.shape[3]))))
@@ -1160,7 +1195,7 @@ def _slowest_groups(layout: TrainLayout, ranks: tuple[int, ...], first: _Groups,
         p2p.append(tuple(slowest("p2p", pairs)) if layout.pp > 1 else first.p2p[s])
     embedding = slowest("all_reduce", ([int(r[0, d, c, t]), int(r[-1, d, c, t])] for d in range(r.shape[1])
                                        for c in range(r.shape[2]) for t in range(r.shape[3]))) if layout.pp > 1 else []
-    return _Groups(tp, cp, ep, dpg, edp, p2p, first.zero_shard, first.expert_zero_shard, etp, embedding)
+    return _Groups(tp, cp, ep, dpg, edp, p2p, first.zero_shard, first.expert_zero_shard, etp, embedding, tp_ep)
 
 
 def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layout: TrainLayout,

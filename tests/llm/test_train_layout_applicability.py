@@ -41,6 +41,7 @@ def load(*overrides: str):
     ([f"{LAYOUT}.tp=1", f"{COMM}.tp_userbuffers=true"], f"{COMM}.tp_userbuffers"),
     ([f"{LAYOUT}.sequence_parallel=false", f"{COMM}.sp_backward_allgather=true"], f"{COMM}.sp_backward_allgather"),
     ([f"{COMM}.ep_overlap_fraction=0.5"], f"{COMM}.ep_overlap_fraction"),   # a dense model: ep 1
+    ([f"{LAYOUT}.tp=1", f"{COMM}.moe_token_dispatcher=allgather"], f"{COMM}.moe_token_dispatcher"),
     ([f"{COMM}.pp_blocking_send=true"], f"{COMM}.pp_blocking_send"),         # pp 1
     ([f"{COMM}.pp_variable_seq_lengths=false"], f"{COMM}.pp_variable_seq_lengths"),
     ([f"{LAYOUT}.tp=1", f"{LAYOUT}.pp=2", f"{COMM}.pp_scatter_gather=false"], f"{COMM}.pp_scatter_gather"),
@@ -88,6 +89,8 @@ def test_the_same_keys_where_they_apply_load(overrides):
 def _flipped(value):
     if value == "reduce-scatter":   # comm.zero_grad_reduce
         return "all-reduce"
+    if value in ("alltoall", "allgather"):   # comm.moe_token_dispatcher
+        return "allgather" if value == "alltoall" else "alltoall"
     return (not value) if isinstance(value, bool) else 0.9 if value != 0.9 else 0.1
 
 
@@ -96,6 +99,8 @@ def _read_past_by_design(knob: str, comm: CommParams, model) -> bool:
     overlap share and the backward re-gather: the gates, blind to the model, admit these."""
     if knob == "tp_userbuffers":
         return model.is_moe
+    if knob == "moe_token_dispatcher":   # a dense model has no routed token to dispatch (train_constants_read_past)
+        return not model.is_moe
     if knob == "zero3_backward_waits_last_bucket":   # it waits for what the reduce-scatters hide: none by default
         return _fsdp_hidden(comm)[1] == 0
     return knob in ("tp_overlap_fraction", "sp_backward_allgather") and comm.tp_userbuffers and not model.is_moe
