@@ -21,6 +21,7 @@ def step(*items: str, model: str | None = None, workload: str = "grpo-qwen2.5-7b
     (COMPUTE + "act_traffic_bytes_per_ffn=40", None, "a plain (GELU)"),          # qwen2.5-7b: SwiGLU
     (COMPUTE + "gated_act_traffic_bytes_per_ffn=60", "gpt-1.7b", "a gated (SwiGLU)"),
     (COMPUTE + "moe_permute_traffic_bytes_per_hidden=160", None, "routed experts"),
+    ("workload.train_params.comm.moe_token_dispatcher=allgather", None, "routed experts"),   # tp 2: gate admits
     (COMPUTE + "backward_flops_factor=4", None, "materialized attention"),
     ("workload.train_params.memory.score_bytes_per_elem=10", None, "materialized attention"),
 ])
@@ -44,6 +45,7 @@ def test_where_a_layer_reads_it_it_moves_the_step(items, model):
 def test_the_moe_shuffle_moves_an_moe_step_and_the_score_bytes_are_taken_without_flash():
     moe = dict(workload="grpo-qwen3-30b-a3b", nodes=4)
     assert step(COMPUTE + "moe_permute_traffic_bytes_per_hidden=160", **moe) > step(**moe)
+    assert step("workload.train_params.comm.moe_token_dispatcher=allgather", **moe) != step(**moe)
     with pytest.raises(RlsimError) as exc:   # every layer is MoE: TE userbuffers overlap no TP block
         step("workload.train_params.comm.tp_userbuffers=true", **moe)
     assert exc.value.field == "workload.train_params.comm.tp_userbuffers" and "dense attention" in exc.value.message
