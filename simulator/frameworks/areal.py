@@ -172,6 +172,12 @@ RULES: dict[str, Rule] = {
     "actor.megatron.recompute_granularity": mapped("workload.train_layout.recompute", "with gradient_checkpointing"),
     "actor.megatron.ddp.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
     "actor.megatron.*": unsupported("Megatron option not modelled (overlaps, fusions, dtypes, checkpoint bridges)"),
+    # AReaL 1.0.4 never hands it to Megatron: the mbridge engine takes mbridge's TransformerConfig (alltoall
+    # beside variable_seq_lengths=True, as models/mcore/common.py keeps "aligned with mbridge base defaults"),
+    # bridge_type megatron-bridge overrides it to alltoall with a warning (models/mcore/registry.py)
+    "actor.megatron.moe_token_dispatcher_type": ignored(
+        "AReaL 1.0.4's megatron engine runs the alltoall dispatcher whatever it says (models/mcore/registry.py: "
+        "\"Ignoring mcore_config.moe_token_dispatcher_type\"; mbridge's config): rlsim's alltoall"),
     "actor.archon.ac_mode": mapped("workload.train_layout.recompute", "with gradient_checkpointing: full full, none "
                                                                       "none; selective (the default: torchtitan's "
                                                                       "op-level SAC) and memory_budget unsupported, "

@@ -1010,3 +1010,47 @@ def world_divides(v: Any, world: int, layout: Mapping[str, Any], keys: Sequence[
                      f"{layout.get('pp', 1)} x {layout.get('cp', 1)} = {mp}: {backend} refuses it at start-up",
                      source=v.result.source, field=named,
                      fix=f"change {named} (or the cluster size) so that tp x pp x cp divides {world}")
+
+
+# Megatron-Core refuses the allgather (and alltoall_seq) token dispatcher beside variable_seq_lengths=True
+# (megatron-core 0.10.0, 0.11.0 and 0.13.0 transformer/transformer_config.py __post_init__: "Token dispatcher
+# type: allgather does not support variable sequence length, please use alltoall dispatcher instead"; 0.8.0
+# has no such check), which verl, SkyRL and AReaL set for their packed, variable-length micro-batches.
+DISPATCHER_VARIABLE_LENGTH_CHECK = "megatron-core 0.10.0 - 0.13.0 transformer/transformer_config.py"
+DISPATCHER_FIELD = "workload.train_params.comm.moe_token_dispatcher"
+
+
+def megatron_token_dispatcher(v: Values, key: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]], *,
+                              variable_seq_lengths: str | None) -> None:
+    """A framework's Megatron-Core moe_token_dispatcher_type (``key``) onto workload.train_params.comm.
+    moe_token_dispatcher (alltoall or allgather), after w's model and train_layout are mapped; left out,
+    the stack's (alltoall, each framework's default). ``variable_seq_lengths``: where the framework sets
+    Megatron's variable_seq_lengths=True (its file), beside which Megatron-Core refuses allgather
+    (DISPATCHER_VARIABLE_LENGTH_CHECK): refused here too. Without a routed token leaving its rank (a
+    dense model, or neither ep nor expert TP above 1) it is listed ignored, as both dispatchers move
+    nothing there. Megatron-Core's other dispatchers are refused (params.UNMODELLED_DISPATCHERS)."""
+    from ..params import UNMODELLED_DISPATCHERS
+    if not v.given(key):
+        return
+    value, src = v(key), v.result.source
+    if value in UNMODELLED_DISPATCHERS:
+        raise RlsimError(f"Megatron-Core's {value!r} token dispatcher is not one rlsim prices "
+                         f"({UNMODELLED_DISPATCHERS[value]})", source=src, field=key,
+                         fix=f"pass {key}=alltoall (or allgather where the framework allows it)")
+    if value not in ("alltoall", "allgather"):
+        raise RlsimError(f"unknown Megatron-Core token dispatcher {value!r}", source=src, field=key,
+                         fix=f"pass {key}=alltoall or {key}=allgather")
+    if value == "allgather" and variable_seq_lengths:
+        raise RlsimError(f"the allgather token dispatcher beside Megatron's variable_seq_lengths=True, which "
+                         f"{variable_seq_lengths} sets: Megatron-Core refuses the pair at start-up "
+                         f"({DISPATCHER_VARIABLE_LENGTH_CHECK}: 'please use alltoall dispatcher instead')",
+                         source=src, field=key, fix=f"pass {key}=alltoall")
+    layout = w.get("train_layout")
+    planned = not isinstance(layout, Mapping)   # "auto": the planner may split the experts
+    ep = 1 if planned else layout.get("ep", 1)
+    expert_tp = 1 if planned else layout.get("tp", 1) if layout.get("etp") is None else layout["etp"]
+    if not has_experts(w.get("model"), ep) or not (planned or ep > 1 or expert_tp > 1):
+        decided[key] = ("ignored", "no routed token leaves its rank (a dense model, or ep and expert TP 1): "
+                                   "either dispatcher moves nothing")
+        return
+    merge_train_params(w, {"comm": {"moe_token_dispatcher": value}})

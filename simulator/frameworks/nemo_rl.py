@@ -31,6 +31,7 @@ from .common import (
     ignored,
     inactive_section,
     mapped,
+    megatron_token_dispatcher,
     merge_train_params,
     positive_int,
     size_topology,
@@ -71,6 +72,13 @@ CUSTOM_ALL_REDUCE_NOTE = ("vLLM's custom all-reduce: taken at vLLM's default (on
                           "workload.inference.custom_all_reduce=false if your version disables it")
 _M = "policy.megatron_cfg"
 _D = "policy.dtensor_cfg"
+# Left out, NeMo RL's Megatron policy runs the dispatcher of the model's Megatron-Bridge provider: alltoall for
+# the MoE models it ships recipes for (megatron-bridge 0.3.0 models/qwen/qwen_provider.py Qwen3MoEModelProvider,
+# models/deepseek/deepseek_provider.py), so the V6 rows keep rlsim's alltoall. Given, taken as Megatron runs it:
+# NeMo RL's worker code is not on the package registry, and rlsim knows no variable_seq_lengths it sets
+# (it pads a pipeline's micro-batches to one shape: comm.pp_variable_seq_lengths false).
+NEMO_DISPATCHER_NOTE = ("alltoall or allgather; left out: the model's Megatron-Bridge provider's, alltoall for "
+                        "Qwen3-MoE and DeepSeek; flex (DeepEP) and alltoall_seq are not modelled")
 
 RULES: dict[str, Rule] = {
     "grpo.num_prompts_per_step": mapped("workload.prompts_per_step"),
@@ -160,6 +168,7 @@ RULES: dict[str, Rule] = {
     f"{_M}.scheduler.*": ignored(_LR),
     f"{_M}.expert_tensor_parallel_size": mapped("workload.train_layout.etp", "MoE parallel folding; left out: "
                                                 "grpo_math_1B.yaml's 1; null: Megatron's, tp"),
+    f"{_M}.moe_token_dispatcher_type": mapped("workload.train_params.comm.moe_token_dispatcher", NEMO_DISPATCHER_NOTE),
     f"{_M}.num_layers_in_first_pipeline_stage": mapped("workload.train_layout.pp_first_stage_layers"),
     f"{_M}.num_layers_in_last_pipeline_stage": mapped("workload.train_layout.pp_last_stage_layers"),
     f"{_M}.*": unsupported("Megatron option not modelled (kernel fusions, router, memory levels)"),
@@ -368,6 +377,7 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     train_params: dict[str, Any] = {}
     if v.flag(f"{_M}.enabled"):   # the DTensor policy builds torch's optimizer: megatron_cfg is listed ignored
         _optimizer_offload(v, train_params)
+        megatron_token_dispatcher(v, f"{_M}.moe_token_dispatcher_type", w, decided, variable_seq_lengths=None)
     if not v.flag(f"{_M}.enabled") and v.flag(f"{_D}.cpu_offload"):   # DTensor (FSDP2) with CPUOffloadPolicy
         train_params["offload"] = {"fsdp_cpu_offload": True}
     if not v.flag(f"{_M}.enabled"):

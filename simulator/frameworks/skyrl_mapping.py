@@ -20,11 +20,16 @@ from .common import (
     hf_attention_compute,
     hf_train_software,
     hsdp_shard_size,
+    megatron_token_dispatcher,
     merge_train_params,
     without_inapplicable_layout_keys,
 )
 from .skyrl_rules import MEGATRON_SIZES
 from .verl_optimizer import fsdp_step_traffic
+
+# SkyRL's megatron worker sets the Megatron-Bridge provider's variable_seq_lengths True, then its
+# moe_token_dispatcher_type from megatron_config (MegatronConfig default "alltoall")
+SKYRL_VARIABLE_SEQ_LENGTHS = "skyrl 0.3.0 backends/skyrl_train/workers/megatron/megatron_worker.py"
 
 # skyrl 0.3.0 pins vllm 0.23.0 (its wheel's METADATA, extra "fsdp") and runs it as HTTP servers with
 # its own max_num_seqs / max_num_batched_tokens: rlsim's server preset stands for the rest.
@@ -156,7 +161,10 @@ def workload(v: Values, policy_gpus: int, mode: str, model_given: bool,
         _reshard_after_forward(v, w, decided)
         _logits_passes(v, w)
         _hf_attention(v, w)
-    elif v.given("trainer.flash_attn"):
+    else:   # SkyRL's megatron worker: the policy's dispatcher beside variable_seq_lengths=True
+        megatron_token_dispatcher(v, "trainer.policy.megatron_config.moe_token_dispatcher_type", w, decided,
+                                  variable_seq_lengths=SKYRL_VARIABLE_SEQ_LENGTHS)
+    if strategy != "fsdp" and v.given("trainer.flash_attn"):
         # padded megatron rows are re-padded to each micro-batch's longest (megatron_model_wrapper.py
         # remove_left_padding) and Megatron's attention runs their padding: no compute key either way
         decided["trainer.flash_attn"] = ("ignored", "megatron: it picks Transformer Engine's flash or fused attention "

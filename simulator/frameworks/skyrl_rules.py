@@ -131,8 +131,13 @@ def _megatron_keys(prefix: str) -> dict[str, Rule]:
         **{f"{section}.{k}": ignored(_LOSS) for k in (
             "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_router_score_function",
             "moe_router_enable_expert_bias", "moe_router_dtype", "freeze_moe_router")},
-        f"{section}.moe_token_dispatcher_type": unsupported("the all-to-all token dispatcher is what rlsim prices",
-                                                            neutral="alltoall"),
+        # megatron_worker.py hands it to the Megatron-Bridge provider beside variable_seq_lengths=True
+        # (skyrl_mapping.py: skyrl_token_dispatcher)
+        f"{section}.moe_token_dispatcher_type": mapped(
+            "workload.train_params.comm.moe_token_dispatcher", "alltoall, SkyRL's default; allgather is refused: "
+            "SkyRL sets variable_seq_lengths=True, beside which Megatron-Core refuses it") if policy else unsupported(
+            "the reference runs with the policy's train_params (its own dispatcher is not modelled)",
+            neutral="alltoall"),
         f"{section}.moe_grouped_gemm": unsupported("grouped expert GEMMs are what rlsim prices", neutral=True),
         f"{section}.moe_enable_routing_replay": unsupported("routing replay (the rollout's expert choices "
                                                             "returned and replayed) is not modelled", neutral=False),

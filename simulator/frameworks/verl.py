@@ -55,6 +55,7 @@ from .common import (
     in_table,
     inactive_section,
     mapped,
+    megatron_token_dispatcher,
     merge_train_params,
     model_for,
     overridden_keys,
@@ -403,6 +404,9 @@ RULES: dict[str, Rule] = {
     f"{A}.actor.megatron.override_transformer_config.recompute_modules": mapped(
         "workload.train_layout.recompute", "read with recompute_granularity selective: [core_attn] is rlsim's "
         "selective; other modules are not modelled"),
+    f"{A}.actor.megatron.override_transformer_config.moe_token_dispatcher_type": mapped(
+        "workload.train_params.comm.moe_token_dispatcher", "alltoall, verl's (models/mcore/config_converter.py); "
+        "allgather is refused: verl sets variable_seq_lengths=True, beside which Megatron-Core refuses it"),
     f"{A}.actor.megatron.override_transformer_config.attention_backend": unsupported(
         "attention kernels other than flash are not modelled", neutral="flash"),
     f"{A}.actor.load_weight": ignored("model loading options: no effect on step time"),
@@ -1319,6 +1323,8 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     _fsdp_params(v, w, decided)
     _actor_optimizer(v, w, decided)
     _hybrid_device_optimizer(v, w, decided)
+    if str(v(f"{A}.actor.strategy")) == "megatron":
+        megatron_token_dispatcher(v, VERL_DISPATCHER, w, decided, variable_seq_lengths=VERL_VARIABLE_SEQ_LENGTHS)
     _lora(v, w, decided)
     _multi_turn(v, w, decided)
     mode = v(f"{A}.rollout.mode")
@@ -1531,6 +1537,13 @@ def _train_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str
 _TRANSFORMER = f"{A}.actor.megatron.override_transformer_config"
 MEGATRON_RECOMPUTE_KEYS = tuple(f"{_TRANSFORMER}.{k}" for k in (
     "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules"))
+
+
+# verl's megatron workers: TransformerConfig's moe_token_dispatcher_type "alltoall" and variable_seq_lengths
+# True, override_transformer_config on top (0.6.1 models/mcore/config_converter.py _get_base_transformer_config,
+# utils/megatron_utils.py)
+VERL_DISPATCHER = f"{_TRANSFORMER}.moe_token_dispatcher_type"
+VERL_VARIABLE_SEQ_LENGTHS = "verl 0.6.1 models/mcore/config_converter.py"
 
 
 def _megatron_recompute(v: Values, decided: dict[str, tuple[Status, str]]) -> str:

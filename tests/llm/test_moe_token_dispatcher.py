@@ -13,8 +13,15 @@ from simulator.llm.layer_costs import layer_shapes
 from simulator.llm.memory import memory_per_device
 from simulator.llm.train_compute import layer_times
 from simulator.llm.train_layout import TrainLayout
-from simulator.llm.training import TrainParams, _Comm, _groups, _layer_cost, rates_for, train_step_cost, \
-    uniform_sequences
+from simulator.llm.training import (
+    TrainParams,
+    _Comm,
+    _groups,
+    _layer_cost,
+    rates_for,
+    train_step_cost,
+    uniform_sequences,
+)
 from simulator.params import CommParams
 from simulator.scenario import load_scenario
 
