@@ -695,7 +695,11 @@ class CommParams(StrictModel):
     #   the top-k; the backward the transposes. It replaces the all-to-alls and the expert-TP
     #   gathers. The gathered tokens sit in Megatron's global memory buffer (use_global_buffer=True) and
     #   are not saved for the backward, which keeps the local experts' inputs as the all-to-all
-    #   dispatcher does (the same rows): activation memory is the same.
+    #   dispatcher does (the same rows): activation memory is the same. Not modelled apart: its token
+    #   shuffle (compute.moe_permute_traffic_bytes_per_hidden, counted on the all-to-all path: this one
+    #   skips sort_chunks_by_idxs but unpermutes into a gathered-size buffer) and the combine's
+    #   reduce-scatter in the routing probabilities' dtype (token_combine: .to(local_probs.dtype); the
+    #   activations' under moe_router_dtype None, Megatron's default), priced at activation_bytes.
     # Default "alltoall": what the frameworks rlsim imports run: verl (0.6.1 models/mcore/
     # config_converter.py, utils/megatron_utils.py), SkyRL (0.3.0 MegatronConfig), AReaL (1.0.4
     # MegatronEngineConfig, models/mcore/registry.py) and NeMo RL's Megatron-Bridge model providers
