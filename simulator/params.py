@@ -665,7 +665,7 @@ class MemoryParams(StrictModel):
 
 # Megatron-Core token dispatchers rlsim does not price (CommParams.moe_token_dispatcher refuses them).
 UNMODELLED_DISPATCHERS = {
-    "alltoall_seq": "megatron-core 0.9 - 0.12 MoEAlltoAllSEQTokenDispatcher (moe/legacy_a2a_token_dispatcher.py: "
+    "alltoall_seq": "megatron-core 0.10 / 0.11 MoEAlltoAllSEQTokenDispatcher (moe/legacy_a2a_token_dispatcher.py: "
                     "'a replica of the MoEAlltoAllTokenDispatcher from version 0.8', the one 'alltoall' is read "
                     "from): price it as 'alltoall'",
     "flex": "megatron-core 0.13.0 MoEFlexTokenDispatcher (not in 0.11.0), DeepEP's fused dispatch and combine kernels over the "
@@ -705,9 +705,9 @@ class CommParams(StrictModel):
     # MegatronEngineConfig, models/mcore/registry.py) and NeMo RL's Megatron-Bridge model providers
     # (megatron-bridge 0.3.0 Qwen3MoEModelProvider, DeepSeekModelProvider). Megatron-Core's own
     # TransformerConfig default is "allgather" (0.8.0 - 0.13.0), which from 0.10.0 it refuses beside
-    # variable_seq_lengths=True, set by verl, SkyRL and AReaL (their importers refuse it).
-    # "alltoall_seq" (0.9 - 0.12, the 0.8 all-to-all kept) and "flex" (DeepEP, in 0.13.0) are refused
-    # (UNMODELLED_DISPATCHERS).
+    # variable_seq_lengths=True, set by verl, SkyRL and AReaL (verl's and SkyRL's importers refuse it;
+    # AReaL never reads the key). "alltoall_seq" (in 0.10.0 and 0.11.0, not 0.8.0 nor 0.13.0: the 0.8
+    # all-to-all kept) and "flex" (DeepEP, in 0.13.0) are refused (UNMODELLED_DISPATCHERS).
     moe_token_dispatcher: Literal["alltoall", "allgather"] = "alltoall"
     # Ring-attention CP overlaps the KV exchange with the blocks already local (Megatron-Core CP);
     # half hidden is an assumption until calibrated.
