@@ -1219,7 +1219,13 @@ class RolloutEngine:
     def interrupt(self, now: float, keep_finished: bool = True) -> InterruptResult:
         """Stop at `now` (a weight sync): sequences finished by then, and every unfinished one with the
         tokens it has generated so far (an interrupted step or prefill produces nothing).
-        ``keep_finished`` False: the finished ones are not listed (a caller asking progress only)."""
+        ``keep_finished`` False: the finished ones are not listed (a caller asking progress only).
+        An add runs the engine up to its time, and an interrupt undoes at most the one prefill in flight
+        at `now`: ValueError where the engine ran past `now` otherwise (an add after `now` that found
+        work to run up to it)."""
+        if self.t > now and (self._prefill is None or self._prefill[0] > now):
+            raise ValueError(f"interrupt at {now} s, but the engine has run to {self.t} s (an add at "
+                             f"{self._last_add} s ran it there): interrupt before adding later arrivals")
         drained = self._drain(now)
         finished = [Finished(seq_id, time) for time, seq_id, _ in drained] if keep_finished else []
         partial: list[PartialSequence] = []

@@ -357,6 +357,28 @@ def test_interrupt_inside_a_prefill_yields_nothing_from_it():
     assert engine.generated_tokens == 0 and engine.busy_s == pytest.approx(1e-4)
 
 
+def test_interrupt_refuses_a_time_the_engine_ran_past():
+    """An add at 0.125 s runs two one-token sequences' prefills (one slot) to ~16 ms: an interrupt at
+    0 s could undo only the prefill in flight then, not the one finished before it (it raised KeyError);
+    inside the last prefill it answers, and a first add after `now` with nothing to run leaves it free."""
+    def engine(last_add: float) -> RolloutEngine:
+        built = RolloutEngine(QWEN, H100, RolloutLayout(max_num_seqs=1))
+        built.add_many([0], [1], [1], 0.0)
+        built.add_many([1], [1], [1], 0.0)
+        built.add_many([2], [1], [1], last_add)
+        return built
+
+    ran = engine(0.125)
+    first_end, second_end = ran.t / 2, ran.t
+    with pytest.raises(ValueError, match="the engine has run to"):
+        engine(0.125).interrupt(0.0)
+    inside = engine(0.125).interrupt((first_end + second_end) / 2)
+    assert [f.seq_id for f in inside.finished] == [0] and [p.seq_id for p in inside.partial] == [1, 2]
+    idle = RolloutEngine(QWEN, H100, RolloutLayout())
+    idle.add_many([0], [8], [4], 0.5)
+    assert [p.generated for p in idle.interrupt(0.1).partial] == [0]
+
+
 def test_same_input_same_bytes():
     rng = np.random.default_rng(0)
     responses = rng.integers(1, 3000, size=(32, 8))
