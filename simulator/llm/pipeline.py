@@ -514,13 +514,11 @@ def check_interleaved_micro_batches(m: int, pp: int, vpp: int, layout_field: str
     does not model and a token budget does (training._token_budget_micro_batches rounds up to pp).
     `layout_field`: as `simulate_pipelines`'."""
     if vpp > 1 and m % pp:
-        raise RlsimError(f"the interleaved schedule (vpp {vpp}) needs each data-parallel replica's micro-batches "
-                         f"({m}) to be a multiple of pp ({pp}): Megatron-Core refuses it (\"number of microbatches "
-                         f"({m}) is not divisible by pipeline-model-parallel-size ({pp}) when using interleaved "
-                         "schedule\", pipeline_parallel/schedules.py), and rlsim prices Megatron's interleaved order "
-                         "alone (on areal-archon this is rlsim's limit, not torch's: AReaL's archon engine splits a "
-                         "batch into a multiple of pp micro-batches, archon_engine.py _prepare_mb_list "
-                         "n_mbs_divisor=pp)", field=_under(layout_field, "vpp"),
+        raise RlsimError(f"the interleaved schedule (vpp {vpp}) rlsim prices, Megatron-Core's, needs each data-parallel "
+                         f"replica's micro-batches ({m}) to be a multiple of pp ({pp}): Megatron-Core refuses other "
+                         f"counts (\"number of microbatches ({m}) is not divisible by pipeline-model-parallel-size "
+                         f"({pp}) when using interleaved schedule\", pipeline_parallel/schedules.py); torch's "
+                         "Interleaved1F1B (areal-archon) runs them in another order, not priced", field=_under(layout_field, "vpp"),
                          fix=f"a batch and micro-batch size that give each replica a multiple of {pp} micro-batches "
                              "(its samples / micro_batch), a token budget (max_tokens_per_micro_batch: its count "
                              "rounds up to a multiple of pp, as archon's actor.mb_spec.max_tokens_per_mb), another "

@@ -319,5 +319,6 @@ def test_the_interleaved_refusal_says_it_is_rlsims_limit_on_archon() -> None:
     pp anyway: the refusal says the limit is rlsim's there and names the token budget that rounds as archon."""
     with pytest.raises(RlsimError) as err:
         simulate_pipeline(np.ones((8, 5)), np.ones((8, 5)), pp=4, vpp=2, layout_field="workload.train_layout")
-    assert "on areal-archon this is rlsim's limit, not torch's" in err.value.message
-    assert "n_mbs_divisor=pp" in err.value.message and "max_tokens_per_micro_batch" in err.value.fix
+    assert "rlsim prices, Megatron-Core's" in err.value.message
+    assert "Interleaved1F1B (areal-archon) runs them in another order, not priced" in err.value.message
+    assert "max_tokens_per_micro_batch" in err.value.fix
