@@ -58,3 +58,16 @@ def test_a_failure_replan_on_archon_keeps_a_tied_model_unpipelined():
     assert replan_on_failure(UNTIED, topo, 64, 4096, software=AREAL_ARCHON, **args).layout["pp"] > 1
     tied = replan_on_failure(TIED, topo, 64, 4096, software=AREAL_ARCHON, **args)
     assert (tied.layout["pp"], tied.layout["vpp"]) == (1, 1)
+
+
+def test_a_ppo_critic_model_with_tied_embeddings_refuses_the_pipeline_too(capsys):
+    """AReaL's ArchonPPOCritic runs the same prepare_training_config: a tied critic_model under pp > 1
+    is refused beside an untied actor, naming the critic."""
+    code = main(["run", "--set", "workload.train_software=areal-archon", "--set", "workload.algorithm=ppo",
+                 "--set", "workload.model=qwen2.5-7b", "--set", "workload.critic_model=qwen2.5-1.5b",
+                 "--set", 'workload.rollout_layout={"tp": 4, "ep": 1}',
+                 "--set", 'workload.train_layout={"tp": 1, "pp": 2, "ep": 1, "zero": 3, "recompute": "full"}',
+                 "--iterations", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "'workload.train_layout.pp'" in err
+    assert "workload.critic_model" in err and "qwen2.5-1.5b" in err and "tie_word_embeddings" in err
