@@ -318,18 +318,18 @@ def aux_pool_passes(scenario: Any) -> list[tuple[str, str]]:
 
 
 def refuse_tied_pipeline(software: str, model: ModelSpec, layout: Mapping[str, Any], source: str | None,
-                         critic: ModelSpec | None = None) -> None:
+                         models: Mapping[str, ModelSpec] | None = None, critic_model: str | None = None) -> None:
     """RlsimError where the training stack refuses the layout's pipeline stages for a model whose output
     layer ties its input embedding (params.TrainSoftware.refused_tied_pipeline: AReaL's archon engine);
-    the planner does not search them there (search_limits with the model). ``critic``: PPO's
-    workload.critic_model, trained under the same layout (AReaL's ArchonPPOCritic runs the same
-    prepare_training_config check)."""
+    the planner does not search them there (search_limits with the model). ``models`` (role_models) and
+    ``critic_model`` (PPO's workload.critic_model, when given): the critic, trained under the same layout
+    (AReaL's ArchonPPOCritic runs the same prepare_training_config check)."""
     stack = TRAIN_SOFTWARE[software]
     refused = stack.refused_tied_pipeline(layout, model)
     if refused:
         raise RlsimError(f"train_layout.{refused}", source=source, field="workload.train_layout.pp",
                          fix=stack.tied_pipeline_fix())
-    refused = stack.refused_tied_pipeline(layout, critic) if critic is not None else None
+    refused = stack.refused_tied_pipeline(layout, models["critic"]) if models and critic_model else None
     if refused:
         raise RlsimError(f"train_layout.{refused} (the critic, workload.critic_model, trains under the actor's "
                          "layout)", source=source, field="workload.train_layout.pp",
@@ -524,8 +524,7 @@ class LlmCosts:
         inference, roll_map = self._engine_constants(roll_map)
         self.train_layout_map = {k: v for k, v in train_map.items() if k != "dp"}
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
-        refuse_tied_pipeline(w.train_software, self.model, self.train_layout_map, src,
-                             self.models["critic"] if w.critic_model else None)
+        refuse_tied_pipeline(w.train_software, self.model, self.train_layout_map, src, self.models, w.critic_model)
         # a dp the user gave (validated here): the pool sets dp, which run_schedule checks against it
         given = w.train_layout if isinstance(w.train_layout, dict) else {}
         self.given_train_dp = TrainLayout.from_mapping({"dp": given["dp"]}, source=src).dp if "dp" in given else None
