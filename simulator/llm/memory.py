@@ -235,9 +235,11 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
             acts += tokens * rebuilt
         logits = tokens * float(model.head_outputs) / tp * logits_bpe if s == pp - 1 else 0.0
         # torch's pipelining under FSDP2 holds the stage's unsharded gradients over the micro-batches
-        accumulated = trained if pp > 1 and m > 1 and params.zero3_sync_last_micro_batch_only else 0.0
-        gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert, accumulated) \
-            if zero >= 3 else 0.0
+        # and leaves its layers whole after every backward but the last (set_reshard_after_backward(False))
+        held_whole = pp > 1 and m > 1 and params.zero3_sync_last_micro_batch_only
+        accumulated = trained if held_whole else 0.0
+        gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert, accumulated,
+                                           held_whole) if zero >= 3 else 0.0
         buffers = zero_backward_buffers_bytes(zero, grad_bpp * trained_shard, micro_batches or 1, params,
                                               reduce_ranks=zero_shard)
         copies, step_grads = zero_step_copies(zero, grad_bpp * trained_shard, params)
@@ -450,7 +452,8 @@ def _in_flight_cached(act_per_chunk: tuple[float, ...], pp: int, vpp: int, m: in
 
 
 def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, params: MemoryParams,
-                            stage_layer_params: float = 0.0, accumulated_params: float = 0.0) -> float:
+                            stage_layer_params: float = 0.0, accumulated_params: float = 0.0,
+                            held_whole: bool = False) -> float:
     """Whole parameters and gradients ZeRO-3 / FSDP hold beside the shards on one device at the
     backward's peak (MemoryParams.zero3_*): the computing layer's parameters and gradient, the
     zero3_prefetch_layers gathered ahead (each taken at the stage's largest layer, per device after
@@ -461,11 +464,14 @@ def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, pa
     stage's parameters, the root's among them, up to that cap, beside the computing layer's gradient.
     `accumulated_params`: the trained parameters whose unsharded gradients FSDP accumulates over the
     micro-batches (MemoryParams.zero3_sync_last_micro_batch_only under pp > 1, per device after TP / EP),
-    at zero3_accumulated_grad_bytes_per_param on top."""
+    at zero3_accumulated_grad_bytes_per_param on top. `held_whole`: every layer of the stage stays whole
+    whatever zero3_reshard_after_forward (torch's pipelining skips the reshard after each backward but a
+    stage's last, pipelining/stage.py backward_maybe_with_nosync: from the first backward on the stage's
+    layers are all whole)."""
     if params.zero3_max_live_params is not None:
         live = min(stage_layer_params + outer_params, params.zero3_max_live_params)
         return params.weight_bytes_per_param * (live + largest_layer_params)
-    if params.zero3_reshard_after_forward:
+    if params.zero3_reshard_after_forward and not held_whole:
         layers = (2 + params.zero3_prefetch_layers) * largest_layer_params
     else:
         layers = max(stage_layer_params, largest_layer_params) + largest_layer_params

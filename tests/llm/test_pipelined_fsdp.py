@@ -107,6 +107,19 @@ def test_a_pipelined_step_holds_the_stage_s_unsharded_gradients_in_the_reduce_dt
     assert single.gathered_bytes == off.gathered_bytes
 
 
+def test_resharded_after_the_forward_the_stage_still_holds_its_layers_whole():
+    """zero3_reshard_after_forward true under the switch: torch's pipelining skips the reshard after each
+    backward but the last, so from the first backward every layer of the stage is whole, as without
+    resharding after the forward (it held the computing layers alone); one micro-batch: FSDP's own."""
+    layout = TrainLayout(dp=4, pp=2, zero=3)
+    resharding = memory_per_device(QWEN, layout, 2048, BIG, params=_params(True, True).memory, micro_batches=4)
+    whole = memory_per_device(QWEN, layout, 2048, BIG, params=_params(True, False).memory, micro_batches=4)
+    assert resharding.gathered_bytes == whole.gathered_bytes
+    single = memory_per_device(QWEN, layout, 2048, BIG, params=_params(True, True).memory, micro_batches=1)
+    plain = memory_per_device(QWEN, layout, 2048, BIG, params=_params(False, True).memory, micro_batches=1)
+    assert single.gathered_bytes == plain.gathered_bytes < whole.gathered_bytes
+
+
 def test_the_step_gets_faster_and_the_offload_copies_follow_the_collectives():
     layout, seqs = TrainLayout(dp=4, pp=2, zero=3, recompute="full"), uniform_sequences(32, 1024)
     on = train_step_cost(QWEN, layout, ONE_NODE, sequences=seqs, params=_params(True, False))
