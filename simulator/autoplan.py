@@ -29,7 +29,7 @@ from .engine_software import (
     stage_forced_notes,
     with_request_cap,
 )
-from .errors import RlsimError
+from .errors import RefusedBeforeTiming, RlsimError
 from .hardware.devices import distinct_devices
 from .llm.architecture import ModelSpec, load_model
 from .llm.inference import RolloutLayout
@@ -39,6 +39,7 @@ from .llm.train_layout import TrainLayout
 from .network.collectives import parse_group
 from .params import TRAIN_SOFTWARE
 from .planner import (
+    Evaluation,
     RecoveryParams,
     TrainChoice,
     plan_rollout,
@@ -47,6 +48,7 @@ from .planner import (
     replan_on_failure,
     rerank_training,
 )
+from .planner.base import NoLayoutFits
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
 from .rl.packing import heaviest_micro_batch, micro_batch_order, pack_width, samples_per_micro_batch
@@ -658,6 +660,24 @@ def colocated_engine_share(sc: Scenario, topology: Any, model: ModelSpec, train_
     return min(wanted, free)
 
 
+def _accepted_first(base: TrainingEvaluator, accept: Callable[[dict[str, Any]], bool | None]
+                    ) -> Callable[[TrainChoice, list[int]], Evaluation]:
+    """``base`` behind the schedule's own check of a candidate (LlmCosts.accept_train_layout), which
+    refuses as a memory miss does: RefusedBeforeTiming where it refused before timing a step (the
+    rollout phase, the latest batches' memory), charged so; a refusal by ``base`` after ``accept``
+    timed the latest batches (it returns true then) is charged as a timed candidate."""
+    def evaluator(c: TrainChoice, ranks: list[int]) -> Evaluation:
+        timed = accept(c.as_dict())
+        try:
+            return base(c, ranks)
+        except RefusedBeforeTiming as exc:
+            if timed:
+                raise exc.as_timed() from None
+            raise
+    evaluator.micro_batch_counts = base.micro_batch_counts   # the search judges interleaving on them
+    return evaluator
+
+
 class PlannerReplanner:
     """schedule.failures -> planner.replan_on_failure on the pool's survivors (rl/schedules/failures.py)."""
 
@@ -674,7 +694,7 @@ class PlannerReplanner:
         return parse_group(self.topology, spec)
 
     def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any],
-                   accept: Callable[[dict[str, Any]], None] | None = None,
+                   accept: Callable[[dict[str, Any]], bool | None] | None = None,
                    usable: Callable[[int, dict[str, Any] | None], int] | None = None) -> ReplanOutcome:
         batch, row = train_batch(self.sc)
         choice = TrainChoice(**{k: current[k] for k in ("tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute",
@@ -691,12 +711,7 @@ class PlannerReplanner:
                                               step_sequences=step_sequences_of(self.sc, row),
                                               micro_batch_counts=micro_batch_counts_of(self.sc, row),
                                               packing=step_packing(self.sc))
-        evaluator = base
-        if accept is not None:
-            def evaluator(c: TrainChoice, ranks: list[int]):
-                accept(c.as_dict())   # an RlsimError marks the layout infeasible, as a memory miss does
-                return base(c, ranks)
-            evaluator.micro_batch_counts = base.micro_batch_counts   # the search judges interleaving on them
+        evaluator = _accepted_first(base, accept) if accept is not None else base
         wide = train_space(self.settings.space, self.sc.workload.train_software, self.sc.planner, packed_step=True,
                            model=self.model)
         kept = None if usable is None or self.sc.schedule.effective_placement != "colocated" \
@@ -707,15 +722,17 @@ class PlannerReplanner:
         # colocated StaleSync keeps training beside its tail where a layout allows it (a TP8 PP11 group of
         # all 352 survivors ran the rest synchronous: ~620 s steps against ~500 s); else any layout
         base.room_beside_tail = room_beside_tail(self.sc)
+        spent = 0.0   # a first try with room that found nothing: its searches were made all the same
         try:
             rp = replan_on_failure(self.model, self.topology, batch, row, evaluator=evaluator, **args)
-        except RlsimError:
+        except RlsimError as exc:
             if base.room_beside_tail is None:
                 raise
+            spent = exc.planning_cost_s if isinstance(exc, NoLayoutFits) else 0.0
             base.room_beside_tail = None
             rp = replan_on_failure(self.model, self.topology, batch, row, evaluator=evaluator, **args)
         lay = {k: v for k, v in rp.layout.items() if k != "dp"}
-        return ReplanOutcome(list(rp.survivors), lay, rp.planning_cost_s)
+        return ReplanOutcome(list(rp.survivors), lay, spent + rp.planning_cost_s)
 
     def on_rollout_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any]) -> ReplanOutcome:
         """Split pools: the rollout pool keeps its instance layout (TP, EP, PP, max_num_seqs: engines

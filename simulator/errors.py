@@ -48,6 +48,25 @@ class RlsimError(ValueError):
         return out
 
 
+class RefusedBeforeTiming(RlsimError):
+    """A refusal of a candidate layout by a check made before any of its steps is timed (memory, the
+    rollout phase beside it, the pools, room beside a tail: planner.evaluate.TrainingEvaluator._judge;
+    a re-plan's LlmCosts.accept_train_layout before its train_step_cost): a planner search charges it
+    PlannerParams.refused_cost_fraction of an evaluation. A refusal of another kind (raised while
+    timing, or by a check after a step was timed) is charged as a timed candidate."""
+
+    @classmethod
+    def of(cls, exc: RlsimError) -> RefusedBeforeTiming:
+        """``exc`` (its message, source, field, fix and fields) as a refusal before timing."""
+        out = cls(exc.message, source=exc.source, field=exc.field, fix=exc.fix, related=exc.related)
+        out.fields = list(exc.fields)
+        return out
+
+    def as_timed(self) -> RlsimError:
+        """The same refusal as one charged as a timed candidate (a step was timed before it)."""
+        return self.reworded(self.message, self.fix)
+
+
 class ReadPastError(RlsimError):
     """A key given away from its default that the scenario reads nowhere (scenario._read_past_keys):
     compare runs the kind it is read past under without it, and says so (api.compared_scenarios)."""

@@ -50,7 +50,7 @@ from .train_layout import DEFAULT_ORDER, RECOMPUTE_MODES, TrainLayout
 
 __all__ = ["CommParams", "ComputeParams", "ForwardCost", "MemoryBreakdown", "MemoryParams", "RECOMPUTE_MODES",
            "TrainLayout", "TrainParams", "TrainStepCost", "forward_cost", "memory_per_device", "train_step_cost",
-           "uniform_sequences"]
+           "train_step_memory", "uniform_sequences"]
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 # The scenario keys the errors of this module name (the paths `--set` takes).
@@ -1248,10 +1248,24 @@ def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layo
     return makespan, pipe, sl, bare
 
 
-def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
-                     packing: str, params: TrainParams, collectives: Any, source: str | None,
-                     scored: np.ndarray | None = None) -> TrainStepCost:
-    kinds, rates, comm, groups = _pool_setup(layout, topology, ranks, params, collectives)
+def train_step_memory(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None = None,
+                      sequences: Any = None, *, packing: Literal["padded", "packed"] = "padded",
+                      params: TrainParams | None = None, source: str | None = None) -> MemoryBreakdown:
+    """The memory check train_step_cost makes before it times anything (the same arguments): the
+    device-resident bytes of the most loaded stage at the largest micro-batch of ``sequences``; the
+    same RlsimError where the layout does not divide the model or does not fit (params.check_memory).
+    A caller that refuses layouts before timing them (a re-plan's LlmCosts.accept_train_layout) asks this."""
+    params = params or TrainParams()
+    _check_packing(packing, source)
+    layout, ranks, seqs = _setup(model, layout, topology, ranks, sequences, source)
+    return _checked_memory(model, layout, pool_devices(topology, ranks), seqs, packing, params, source)[3]
+
+
+def _checked_memory(model: Any, layout: TrainLayout, kinds: Sequence[Any], seqs: np.ndarray, packing: str,
+                    params: TrainParams, source: str | None, scored: np.ndarray | None = None
+                    ) -> tuple[list, list | None, MemoryBreakdown, MemoryBreakdown]:
+    """(the replicas' micro-batches, their scored tokens, the states, what stays on the device) of a
+    step, its memory checked (params.check_memory): what train_step_cost does before timing."""
     replicas, heads = _micro_batch_parts(seqs, layout, packing, layout.max_tokens_per_micro_batch, params,
                                          source=source, scored=scored)
     # Memory on the most loaded stage, at the largest micro-batch, on the pool's smallest HBM.
@@ -1270,6 +1284,14 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     if params.check_memory:
         check_fits(memory, what=f"{model.name} with {_layout_text(layout)}", source=source, layout=layout,
                    field=TRAIN_LAYOUT_FIELD)
+    return replicas, heads, states, memory
+
+
+def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[int], seqs: np.ndarray,
+                     packing: str, params: TrainParams, collectives: Any, source: str | None,
+                     scored: np.ndarray | None = None) -> TrainStepCost:
+    kinds, rates, comm, groups = _pool_setup(layout, topology, ranks, params, collectives)
+    replicas, heads, states, memory = _checked_memory(model, layout, kinds, seqs, packing, params, source, scored)
     # All replicas' micro-batches in one vectorized pass.
     tokens = np.concatenate([t for t, _ in replicas])
     sq = np.concatenate([q for _, q in replicas])

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field
 
+from ..errors import RefusedBeforeTiming as RefusedBeforeTiming  # where the planner's modules take it
 from ..errors import RlsimError
 from ..strict_model import StrictModel
 
@@ -70,18 +71,14 @@ class Evaluation:
         return out
 
 
-class RefusedBeforeTiming(RlsimError):
-    """An evaluator's refusal of a candidate by a check made before its step is timed (memory, the
-    rollout phase, the pools, room beside a tail: TrainingEvaluator._judge); the search charges it
-    PlannerParams.refused_cost_fraction of an evaluation. A refusal of another kind (raised while
-    timing, or by a wrapper's own check) is charged as a timed candidate."""
+class NoLayoutFits(RlsimError):
+    """A search (or a re-plan's searches) in which no layout fitted, with the planning cost of what it
+    evaluated before it gave up (PlannerParams.search_cost_s): a caller that goes on (a re-plan on
+    fewer nodes, a second try with another rule) charges it, as it charges a search that found one."""
 
-    @classmethod
-    def of(cls, exc: RlsimError) -> RefusedBeforeTiming:
-        """``exc`` (its message, source, field, fix and fields) as a refusal before timing."""
-        out = cls(exc.message, source=exc.source, field=exc.field, fix=exc.fix, related=exc.related)
-        out.fields = list(exc.fields)
-        return out
+    def __init__(self, message: str, *, planning_cost_s: float, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.planning_cost_s = planning_cost_s
 
 
 class PlannerParams(StrictModel):

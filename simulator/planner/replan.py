@@ -17,6 +17,7 @@ from pydantic import ConfigDict
 from ..des import INTERVAL_COLUMNS, Simulation
 from ..errors import RlsimError
 from ..strict_model import StrictModel
+from .base import NoLayoutFits
 from .hetero import HeteroParams, HeteroPlan, hetero_step_models, plan_on_step_models
 from .search import (
     Evaluator,
@@ -93,6 +94,8 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
     pipeline for the hf-transformers stacks).
 
     When no layout divides every survivor, whole nodes are left idle one at a time until one does.
+    Every search made is charged, one in which no layout fitted too (what it evaluated); NoLayoutFits,
+    with that cost, where none fits on any.
     """
     recovery = recovery or RecoveryParams()
     ranks = list(range(topology.num_devices)) if ranks is None else list(ranks)
@@ -139,8 +142,8 @@ def _on_the_most_survivors(model: Any, topology: Any, global_batch: int, seq_len
         try:
             plan = plan_training(model, topology, global_batch, seq_len, ranks=use, space=space,
                                  params=params, evaluator=evaluator)
-        except RlsimError:
-            cost += params.eval_cost_s  # the enumeration itself is near free; count one query
+        except RlsimError as exc:   # no layout fits: what the search evaluated before it gave up is charged
+            cost += exc.planning_cost_s if isinstance(exc, NoLayoutFits) else params.search_cost_s(0)
             last_node = topology.node_of(use[-1])
             use = [r for r in use if topology.node_of(r) != last_node]
             continue
@@ -154,8 +157,8 @@ def _replan(found: tuple[tuple[list[int], TrainPlan] | None, float], ranks: list
         raise RlsimError(f"the failure takes all {len(ranks)} devices of the pool: none survives to re-plan on",
                          field="failed", fix="fail fewer devices (e.g. one gpu), or give the pool more nodes")
     if plan_on is None:
-        raise RlsimError(f"no layout fits on the {len(alive)} surviving devices", field="failed",
-                         fix="add devices or lower the global batch")
+        raise NoLayoutFits(f"no layout fits on the {len(alive)} surviving devices", field="failed",
+                           fix="add devices or lower the global batch", planning_cost_s=cost)
     use, plan = plan_on
     return Replan(plan, use, sorted(set(ranks) - set(use)), cost)
 

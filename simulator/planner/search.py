@@ -21,7 +21,7 @@ from ..errors import RlsimError
 from ..llm.train_layout import expert_fold
 from ..strict_model import StrictModel
 from .arguments import count_arg, model_arg, ranks_arg, space_arg, top_arg, topology_arg
-from .base import Evaluation, PlannerParams, RefusedBeforeTiming, Size, TrainChoice
+from .base import Evaluation, NoLayoutFits, PlannerParams, RefusedBeforeTiming, Size, TrainChoice
 from .placement import Placement, aware_placements, naive_placement
 
 ZeroStage = Annotated[int, Field(ge=0, le=3)]
@@ -401,10 +401,11 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                   top: int | None = None) -> TrainPlan:
     """Search the training layouts of `model` on `ranks` (default: every device); best first.
 
-    RlsimError when no layout fits, naming what pruned the most candidates; a model or topology may
-    be given by name, path or mapping (planner/arguments.py checks every argument). The planning
-    cost charges eval_cost_s a timed candidate and refused_cost_fraction of it a candidate the
-    evaluator refused before timing it (RefusedBeforeTiming).
+    NoLayoutFits (an RlsimError) when no layout fits, naming what pruned the most candidates, with the
+    planning cost of the evaluations made; a model or topology may be given by name, path or mapping
+    (planner/arguments.py checks every argument). The planning cost charges eval_cost_s a timed
+    candidate and refused_cost_fraction of it a candidate the evaluator refused before timing it
+    (RefusedBeforeTiming).
     """
     model, topology = model_arg(model), topology_arg(topology)
     global_batch, seq_len, top = count_arg(global_batch, "global_batch"), count_arg(seq_len, "seq_len"), top_arg(top)
@@ -422,11 +423,13 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     cands, refused = _first_pass(choices, work, params.dominance_prune, pruned)
     if not cands:
         worst = pruned_summary(pruned, 4) or "no layout enumerated"
-        raise RlsimError(f"no training layout of {getattr(model, 'name', 'the model')} fits on "
-                         f"{len(ranks)} devices with global batch {global_batch} ({worst})"
-                         + _state_floor(model, topology, ranks, getattr(evaluator, "params", None))
-                         + (f"; the first refused: {refused.message}" if refused is not None else ""),
-                         field="planner", fix=_fix_for_none(pruned, model))
+        raise NoLayoutFits(f"no training layout of {getattr(model, 'name', 'the model')} fits on "
+                           f"{len(ranks)} devices with global batch {global_batch} ({worst})"
+                           + _state_floor(model, topology, ranks, getattr(evaluator, "params", None))
+                           + (f"; the first refused: {refused.message}" if refused is not None else ""),
+                           field="planner", fix=_fix_for_none(pruned, model),
+                           planning_cost_s=params.search_cost_s(work.evaluated - work.refused_early,
+                                                                work.refused_early))
     cands.sort(key=_rank_key)
     first_pass = [dataclasses.replace(cand) for cand in cands]   # before the leaders' refinement changes them
     leaders = cands[: max(params.refine_top, top or 0)]
@@ -567,7 +570,8 @@ def plan_to_target(model: Any, topology: Any, global_batch: int, seq_len: int, t
     nodes under 4 where 40 devices split the batch badly), and a mixed cluster's prefix of fast
     nodes can reach a target the whole cluster, paced by its slow kind, does not.
 
-    The plan's planning cost sums every search made. RlsimError if no prefix reaches the target.
+    The plan's planning cost sums every search made, those in which no layout fitted too. RlsimError if
+    no prefix reaches the target.
     """
     if not target_tokens_per_s > 0:
         raise RlsimError(f"target must be positive, got {target_tokens_per_s}", field="--target-tokens-per-s")
@@ -577,7 +581,8 @@ def plan_to_target(model: Any, topology: Any, global_batch: int, seq_len: int, t
         ranks = [r for i in nodes[:count] for r in topology.ranks_of_node(i)]
         try:
             plan = plan_training(model, topology, global_batch, seq_len, ranks=ranks, top=top, **kwargs)
-        except RlsimError:
+        except RlsimError as exc:   # no layout on this prefix: the evaluations it made count all the same
+            cost += exc.planning_cost_s if isinstance(exc, NoLayoutFits) else 0.0
             continue
         cost += plan.planning_cost_s
         if plan.best.tokens_per_s >= target_tokens_per_s:

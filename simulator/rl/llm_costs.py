@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from ..engine_software import model_forced, refuse_missing_architecture, resolved, with_request_cap
-from ..errors import RlsimError, validation_error
+from ..errors import RefusedBeforeTiming, RlsimError, validation_error
 from ..hardware.devices import DeviceSpec, distinct_devices
 from ..llm.architecture import ModelSpec, load_model, with_value_head
 from ..llm.inference import (
@@ -63,6 +63,7 @@ from ..llm.training import (
     offload_time_s,
     replica_micro_batches,
     train_step_cost,
+    train_step_memory,
 )
 from ..network.collectives import CollectiveModel
 from ..params import SPECULATIVE_KEYS, TRAIN_SOFTWARE
@@ -1103,26 +1104,36 @@ class LlmCosts:
         samples per micro-batch in generation order (sequence, or padded data)."""
         return self._micro_batched_as(self.layout(n_devices), seq_lens)
 
-    def accept_train_layout(self, layout_map: dict[str, Any]) -> None:
+    def accept_train_layout(self, layout_map: dict[str, Any]) -> bool:
         """A re-plan's check of a candidate training layout (dp included) beyond the planner's own
         (which judges rows of typical length): the rollout phase still fits beside it on a colocated
         placement, and the latest trained batch, micro-batched as the run does, fits in memory
         (long-tail batches hold micro-batches longer than a typical row), and an aux pool's passes
         (fuse: actor) fit under it on their pool (aux_passes_fit, on the latest step's samples there
-        and the demanding batches). RlsimError otherwise.
+        and the demanding batches). RlsimError otherwise: RefusedBeforeTiming where no step was timed
+        yet (the rollout phase; a batch's memory, each judged before any is timed: train_step_memory),
+        which a planner search charges as such. True where it timed a step (train_step_cost on a batch).
         Judged on the latest batch and on the trained batches of the longest sample and of the
         heaviest micro-batch so far: StaleSync alternates typical batches with tail batches (the
         previous round's longest samples), so the batch after a re-plan may be the heavier kind."""
         lay = TrainLayout.from_mapping(dict(layout_map), source=self.source)
-        self.rollout_phase_bytes(lay)
-        for batch in self._demanding_batches():
-            micro, lens = self._micro_batched_as(lay, batch)
+        steps = []   # each batch micro-batched as the run does it
+        try:
+            self.rollout_phase_bytes(lay)
+            for batch in self._demanding_batches():
+                steps.append(self._micro_batched_as(lay, batch))
+                train_step_memory(self.model, steps[-1][0], self.topology, self._accept_ranks(steps[-1][0]),
+                                  steps[-1][1], packing=self._packing(), params=self.train_params, source=self.source)
+        except RlsimError as exc:
+            raise RefusedBeforeTiming.of(exc) from None
+        for micro, lens in steps:
             train_step_cost(self.model, micro, self.topology, self._accept_ranks(micro), lens,
                             packing=self._packing(), params=self.train_params, collectives=self.collectives,
                             source=self.source)
         if self._aux_step is not None:   # an aux pool (fuse: actor) runs its passes under the layout too
             ranks, step = self._aux_step
             self.candidate_costs(layout_map).aux_passes_fit(ranks, step, self._demanding_batches() or [step])
+        return bool(steps)
 
     def candidate_costs(self, layout_map: Mapping[str, Any]) -> LlmCosts:
         """Costs of this scenario under a candidate training layout (dp re-derived), apart from this

@@ -35,11 +35,12 @@ class ReplanOutcome:
 class Replanner(Protocol):
     def ranks_of(self, spec: str) -> list[int]: ...
     # accept(layout): raises RlsimError for a training layout the pool cannot run (a colocated pool's
-    # rollout phase must fit beside the resident training state); the planner skips such layouts.
+    # rollout phase must fit beside the resident training state; RefusedBeforeTiming where no step was
+    # timed yet), else true where it timed a step; the planner skips such layouts and charges the checks.
     # usable(n, layout): the devices the pool runs on of n survivors under a candidate training
     # layout (whole rollout instances, folded experts)
     def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any],
-                   accept: Callable[[dict[str, Any]], None] | None = None,
+                   accept: Callable[[dict[str, Any]], bool | None] | None = None,
                    usable: Callable[[int, dict[str, Any] | None], int] | None = None) -> ReplanOutcome: ...
     # split pools: the rollout pool keeps its instance layout (TP, EP); the answer's survivors and cost count
     def on_rollout_failure(self, pool_ranks: list[int], failed: list[int],
