@@ -337,6 +337,10 @@ HF_LOGITS_BYTES_PER_ELEM = 2.0
 FLASH_ATTN_OUT_OF_PLACE_GRAD_BYTES_PER_LOGIT = 2.0
 
 
+# MemoryParams.zero3_reshard_after_forward's value for AReaL archon's default policy: reshard unless pipelined
+RESHARD_UNLESS_PIPELINED = "unless_pipelined"
+
+
 class MemoryParams(StrictModel):
     """Memory constants; reachable from YAML as `train_params.memory.<field>`."""
 
@@ -435,8 +439,13 @@ class MemoryParams(StrictModel):
     # through its backward, so the backward gathers nothing (one all-gather per layer and micro-batch,
     # not two: llm/training.py), and at the backward's peak every layer of the stage is whole on the
     # device beside the computing layer's gradient (the working set above: zero3_prefetch_layers is
-    # then not read). True: FSDP's default, each layer resharded after its forward.
-    zero3_reshard_after_forward: bool = True
+    # then not read). True: FSDP's default, each layer resharded after its forward. "unless_pipelined"
+    # (RESHARD_UNLESS_PIPELINED): true without pipeline stages, false with them (pp > 1), AReaL archon's
+    # default reshard_after_forward_policy (areal 1.0.4 experimental/models/archon/qwen2|qwen3/infra/
+    # parallelize.py apply_fsdp: "default" reshards each block unless pipelines are on, "to avoid
+    # per-microbatch all-gathers"), the areal-archon stack's value; read by the layout's pp
+    # (reshards_after_forward), so `rlsim plan` and layout: auto price each layout as a run of it.
+    zero3_reshard_after_forward: bool | Literal["unless_pipelined"] = True
     # FSDP2 stages under torch.distributed.pipelining (pp > 1): every micro-batch's backward but the last
     # runs with set_is_last_backward(False), set_reshard_after_backward(False) and
     # set_requires_gradient_sync(False) (torch 2.13 distributed/pipelining/stage.py
@@ -574,6 +583,12 @@ class MemoryParams(StrictModel):
     # partition: left out), stepped one after another. train_layout.zero 3 only, with the copies.
     # 0: the whole partition at once (ZeRO-1 / 2).
     zero_step_sub_group_params: float = Field(0.0, ge=0)
+
+    def reshards_after_forward(self, pp: int) -> bool:
+        """zero3_reshard_after_forward under a layout of ``pp`` pipeline stages ("unless_pipelined": pp 1)."""
+        if self.zero3_reshard_after_forward == RESHARD_UNLESS_PIPELINED:
+            return pp == 1
+        return bool(self.zero3_reshard_after_forward)
 
     @property
     def resident_bytes_per_param(self) -> float:
@@ -1775,7 +1790,10 @@ AREAL_FSDP = _trainer_stack(HF_TRANSFORMERS, "areal-fsdp", "areal 1.0.4 engine/f
 ARCHON_EXPERT_TENSOR_PARALLEL = True
 # Its pipelines are torch.distributed.pipelining schedules over fully_shard-ed stages (archon_runner.py
 # schedule.step): MemoryParams.zero3_sync_last_micro_batch_only, read at pp > 1 only.
-ARCHON_PIPELINE_FSDP = {"zero3_sync_last_micro_batch_only": True}
+# Each layer is kept gathered from its forward through its backward under pipelines, resharded without
+# them (reshard_after_forward_policy "default": MemoryParams.zero3_reshard_after_forward "unless_pipelined";
+# frameworks/areal.py maps the policy's other values over it).
+ARCHON_PIPELINE_FSDP = {"zero3_sync_last_micro_batch_only": True, "zero3_reshard_after_forward": RESHARD_UNLESS_PIPELINED}
 # Archon refuses pipelines for a tied model: areal 1.0.4 experimental/engine/archon_utils.py
 # prepare_training_config ("PP weight tying constraint"), run by every archon engine's initialize.
 ARCHON_TIED_PIPELINE_REFUSAL = ("AReaL's archon engine raises \"Pipeline Parallelism (PP=p) is not supported with "

@@ -535,8 +535,8 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     _resident_state(v, w, train_engine, decided)
     if train_engine != "megatron" and v.flag(f"actor.{train_engine}.offload_params"):
         merge_train_params(w, {"offload": {"fsdp_cpu_offload": True}})
-    if train_engine == "archon" and not _archon_reshards_after_forward(v, train_dims["attn"]["pp"]):
-        merge_train_params(w, {"memory": {"zero3_reshard_after_forward": False}})
+    if train_engine == "archon" and (reshard := _archon_reshard_after_forward(v)) is not None:
+        merge_train_params(w, {"memory": {"zero3_reshard_after_forward": reshard}})
     return w
 
 
@@ -863,13 +863,16 @@ def _archon_stages_from_layers(v: Values, pp: int, schedule: str, per_stage: int
 
 # Archon's FSDP2 reshard policy (cli_args.py ArchonEngineConfig.reshard_after_forward_policy; qwen2 / qwen3
 # infra/parallelize.py apply_fsdp): default reshards each block after its forward unless pipelines are on
-# ("to avoid per-microbatch all-gathers"), always / never as said.
-ARCHON_RESHARD_POLICIES = ("default", "always", "never")
+# ("to avoid per-microbatch all-gathers"), always / never as said. "default" is the areal-archon stack's
+# own value (params.ARCHON_PIPELINE_FSDP: zero3_reshard_after_forward "unless_pipelined", read at the
+# layout's pp, so that a plan or layout: auto prices it as a run does); the others are written over it.
+ARCHON_RESHARD_POLICIES = {"default": None, "always": True, "never": False}
 
 
-def _archon_reshards_after_forward(v: Values, pp: int) -> bool:
-    policy = _choice(v, "actor.archon.reshard_after_forward_policy", ARCHON_RESHARD_POLICIES)
-    return policy == "always" or (policy == "default" and pp == 1)
+def _archon_reshard_after_forward(v: Values) -> bool | None:
+    """memory.zero3_reshard_after_forward of actor.archon.reshard_after_forward_policy; None: the stack's."""
+    return ARCHON_RESHARD_POLICIES[_choice(v, "actor.archon.reshard_after_forward_policy",
+                                           tuple(ARCHON_RESHARD_POLICIES))]
 
 
 # Archon's activation checkpointing (areal 1.0.4 experimental/engine/archon_utils.py build_ac_config, with

@@ -239,7 +239,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         held_whole = pp > 1 and m > 1 and params.zero3_sync_last_micro_batch_only
         accumulated = trained if held_whole else 0.0
         gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert, accumulated,
-                                           held_whole) if zero >= 3 else 0.0
+                                           held_whole, pp=pp) if zero >= 3 else 0.0
         buffers = zero_backward_buffers_bytes(zero, grad_bpp * trained_shard, micro_batches or 1, params,
                                               reduce_ranks=zero_shard)
         copies, step_grads = zero_step_copies(zero, grad_bpp * trained_shard, params)
@@ -408,7 +408,7 @@ def forward_memory_per_device(model, layout: TrainLayout, tokens: float, head_to
                      for lay in layers]
             # the computing layer and the zero3_prefetch_layers gathered ahead (FSDP prefetches in the
             # forward too), as the update's working set has them less the gradients
-            held = (sum(whole) if not params.zero3_reshard_after_forward
+            held = (sum(whole) if not params.reshards_after_forward(pp)
                     else (1 + params.zero3_prefetch_layers) * max(whole, default=0.0))
             held += outer if params.zero3_outer_gathered else 0.0
             if params.zero3_max_live_params is not None:   # DeepSpeed's live window (zero3_working_set_bytes)
@@ -453,12 +453,13 @@ def _in_flight_cached(act_per_chunk: tuple[float, ...], pp: int, vpp: int, m: in
 
 def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, params: MemoryParams,
                             stage_layer_params: float = 0.0, accumulated_params: float = 0.0,
-                            held_whole: bool = False) -> float:
+                            held_whole: bool = False, *, pp: int = 1) -> float:
     """Whole parameters and gradients ZeRO-3 / FSDP hold beside the shards on one device at the
     backward's peak (MemoryParams.zero3_*): the computing layer's parameters and gradient, the
     zero3_prefetch_layers gathered ahead (each taken at the stage's largest layer, per device after
     TP / EP), and with zero3_outer_gathered the root unit's embedding / head parameters and
-    gradients; all in the weights' dtype. Without zero3_reshard_after_forward every layer of the
+    gradients; all in the weights' dtype. Without resharding after the forward (MemoryParams.
+    reshards_after_forward at the layout's `pp`) every layer of the
     stage (`stage_layer_params`, per device after TP / EP) stays whole from its forward, beside the
     computing layer's gradient. With zero3_max_live_params (DeepSpeed's live-parameter window): the
     stage's parameters, the root's among them, up to that cap, beside the computing layer's gradient.
@@ -471,7 +472,7 @@ def zero3_working_set_bytes(largest_layer_params: float, outer_params: float, pa
     if params.zero3_max_live_params is not None:
         live = min(stage_layer_params + outer_params, params.zero3_max_live_params)
         return params.weight_bytes_per_param * (live + largest_layer_params)
-    if params.zero3_reshard_after_forward and not held_whole:
+    if params.reshards_after_forward(pp) and not held_whole:
         layers = (2 + params.zero3_prefetch_layers) * largest_layer_params
     else:
         layers = max(stage_layer_params, largest_layer_params) + largest_layer_params

@@ -683,7 +683,8 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
     if layout.zero >= 3:
         gather, reduce = _fsdp_layer_comm(layer, layout, groups, stage, comm, params)
         if gather > 0 or reduce > 0:
-            fwd["dp"], bwd["dp"] = _fsdp_micro_batch_comm(gather, reduce, tokens_local, params, once)
+            fwd["dp"], bwd["dp"] = _fsdp_micro_batch_comm(gather, reduce, tokens_local,
+                                                          params.memory.reshards_after_forward(layout.pp), once)
     return _LayerCost(times.fwd_s, times.bwd_s, times.attn_fwd_s, fwd, bwd)
 
 
@@ -762,19 +763,19 @@ def _fsdp_layer_comm(layer: LayerShape, layout: TrainLayout, groups: _Groups, st
     return gather * (1 - g_frac), reduce * (1 - r_frac)
 
 
-def _fsdp_micro_batch_comm(gather: float, reduce: float, tokens_local: np.ndarray, params: TrainParams,
+def _fsdp_micro_batch_comm(gather: float, reduce: float, tokens_local: np.ndarray, reshard: bool,
                            once: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
     """A layer's exposed FSDP (forward, backward) time in each micro-batch from its `gather` and `reduce`
     (_fsdp_layer_comm): each forward gathers and each backward reduce-scatters, the backward re-gathering a
-    layer resharded after its forward (zero3_reshard_after_forward). `once` (first, last: 1 at each
-    replica's first / last micro-batch, _pipelined_fsdp_ends), torch's pipelining under FSDP2
-    (MemoryParams.zero3_sync_last_micro_batch_only): the reduce-scatter in the last backward alone, and
-    without resharding after the forward the gather in the first forward alone."""
-    again = gather if params.memory.zero3_reshard_after_forward else 0.0
+    layer resharded after its forward (`reshard`: MemoryParams.reshards_after_forward at the layout's pp).
+    `once` (first, last: 1 at each replica's first / last micro-batch, _pipelined_fsdp_ends), torch's
+    pipelining under FSDP2 (MemoryParams.zero3_sync_last_micro_batch_only): the reduce-scatter in the last
+    backward alone, and without resharding after the forward the gather in the first forward alone."""
+    again = gather if reshard else 0.0
     if once is None:
         return np.full_like(tokens_local, gather), np.full_like(tokens_local, again + reduce)
     first, last = once
-    fwd = np.full_like(tokens_local, gather) if params.memory.zero3_reshard_after_forward else gather * first
+    fwd = np.full_like(tokens_local, gather) if reshard else gather * first
     return fwd, again + reduce * last
 
 
@@ -1400,7 +1401,7 @@ def fsdp_cpu_offload_s(states: MemoryBreakdown, layout: TrainLayout, micro_batch
                        params: TrainParams, forward_only: bool = False) -> tuple[float, float]:
     """(exposed host copies, host optimizer step) of FSDP's CPU offload (offload.fsdp_cpu_offload) on
     one device: per micro-batch each all-gather's shard in at host_param_bytes_per_param (the forward's,
-    and the backward's unless zero3_reshard_after_forward is off) and each reduced gradient shard out
+    and the backward's unless the layout keeps layers gathered: reshards_after_forward) and each reduced gradient shard out
     (under torch's pipelining, zero3_sync_last_micro_batch_only at pp > 1: as _fsdp_micro_batch_comm counts),
     hidden by the gathers' and reduce-scatters' fractions (they ride the same streams, per layer: the
     sum over layers is the shard's); then AdamW on the CPU over the trained shard. `states`: the
@@ -1414,12 +1415,13 @@ def fsdp_cpu_offload_s(states: MemoryBreakdown, layout: TrainLayout, micro_batch
     held = states.weights_bytes / m.resident_bytes_per_param   # the shard's parameters (its own dtype)
     trained = states.gradients_bytes / m.grad_bytes_per_param if m.grad_bytes_per_param else 0.0
     g_frac, r_frac = _fsdp_hidden(c)
-    gathers = 1 if forward_only or not m.zero3_reshard_after_forward else 2
+    reshard = m.reshards_after_forward(layout.pp)
+    gathers = 1 if forward_only or not reshard else 2
     copy_in = gathers * held * o.host_param_bytes_per_param / host_Bps * (1 - g_frac)
     copy_out = 0.0 if forward_only else trained * c.grad_reduce_bytes_per_param / host_Bps * (1 - r_frac)
     host_step = 0.0 if forward_only else trained / o.host_adam_loop_params_per_s
     if layout.pp > 1 and m.zero3_sync_last_micro_batch_only:   # torch's pipelining: _fsdp_micro_batch_comm
-        return (micro_batches if m.zero3_reshard_after_forward else 1) * copy_in + copy_out, host_step
+        return (micro_batches if reshard else 1) * copy_in + copy_out, host_step
     return micro_batches * (copy_in + copy_out), host_step
 
 

@@ -453,14 +453,17 @@ def test_archons_pipeline_keys_without_a_pipeline_are_ignored():
 def test_archons_reshard_policy_keeps_a_pipelines_layers_gathered(backend, policy, reshard):
     """qwen2/qwen3 infra/parallelize.py apply_fsdp: reshard_after_forward_policy default reshards after the
     forward unless pipelines are on (each micro-batch's all-gather avoided), always / never as said ->
-    train_params.memory.zero3_reshard_after_forward (written where false)."""
+    train_params.memory.zero3_reshard_after_forward: default is the areal-archon stack's own value
+    ("unless_pipelined", read at the layout's pp, as `rlsim plan` and layout: auto read it: nothing
+    written), always / never written over it."""
     given = [] if policy is None else [f"+actor.archon.reshard_after_forward_policy={policy}"]
     r = import_config("areal", EXAMPLE, [f"actor.backend={backend}", *given])
     memory = r.scenario["workload"].get("train_params", {}).get("memory", {})
-    assert memory.get("zero3_reshard_after_forward", True) is reshard
+    assert memory.get("zero3_reshard_after_forward") is {"always": True, "never": False}.get(policy)
     if policy is not None:
         assert "actor.archon.reshard_after_forward_policy" in r.mapped
-    load_scenario(r.scenario)
+    workload = load_scenario(r.scenario).workload
+    assert workload.train_params.memory.reshards_after_forward(workload.train_layout["pp"]) is reshard
 
 
 def test_archons_pipeline_splits_into_at_least_a_micro_batch_a_stage():
