@@ -225,7 +225,9 @@ def framework_import(args: argparse.Namespace, also_set: tuple[str, ...] = ()) -
                                  "key=value ...), rlsim's scenario keys with --set KEY=VALUE")
     from ..frameworks import import_config
     from ..overrides import parse_assignment
-    user_sets = [*(parse_assignment(item)[0] for item in args.overrides), *also_set]
+    # each key the command sets with its value (the last --set of a key wins, as the overrides apply); a
+    # --grid key's values differ by point: None (frameworks/common.model_set_by_user)
+    user_sets = {**dict(parse_assignment(item) for item in args.overrides), **dict.fromkeys(also_set)}
     imported = import_config(framework, items[0], items[1:], topology=args.topology,
                              schedule=args.framework_schedule, user_sets=user_sets)
     imported.user_keys = tuple(user_sets)

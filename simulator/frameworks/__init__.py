@@ -43,7 +43,9 @@ def import_config(framework: str, path: str | Path, overrides: Iterable[str] = (
                   topology: str | None = None, schedule: str | None = None,
                   user_sets: Iterable[str] = ()) -> FrameworkImport:
     """``framework`` 'verl', 'nemo-rl', 'areal', 'trl' (a YAML) or 'openrlhf' (a launch script), plus ``key=value``
-    overrides -> FrameworkImport."""
+    overrides -> FrameworkImport. ``user_sets``: the scenario keys the command sets (--set, a sweep's --grid),
+    which the import leaves to the user; a mapping gives their values where known (a --set's; None for a
+    --grid key), so that a default that depends on the model follows the one --set gives (model_set_by_user)."""
     _check_framework_of(framework, path)
     if framework == "verl":
         from .verl import import_verl

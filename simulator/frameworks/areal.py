@@ -36,6 +36,7 @@ from .common import (
     mapped,
     merge_train_params,
     model_for,
+    model_set_by_user,
     size_topology,
     unsupported,
     without_inapplicable_layout_keys,
@@ -327,6 +328,7 @@ def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: s
                                    schedule_fix="set rollout.scheduling_strategy.type=colocation or separation in "
                                                 "the config")
     source = result.source
+    user_model = model_set_by_user(user_sets)
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
     rollout_spec, actor_spec = _backends(v, decided)
@@ -349,7 +351,7 @@ def import_areal(path: str | Path, overrides: Iterable[str] = (), *, topology: s
                          source=source, field="rollout.backend",
                          fix="give the rollout and the actor backends the same world size (d x t x p x c)")
     workload = _workload(v, rollout_engine, rollout_dims, train_engine, train_dims, "workload.model" in user_sets,
-                         decided)
+                         decided, user_model)
     sched = _schedule(v, colocated, rollout_gpus, train_dims["attn"]["dp"], workload, decided,
                       "schedule.consumer_batch_size" in user_sets, train_engine)
     gpus = (train_gpus if colocated else train_gpus + rollout_gpus) + workload.get("distillation", {}).get("devices", 0)
@@ -496,9 +498,12 @@ def _dtype(value: Any, key: str, source: str) -> str:
 
 def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping[str, int]], train_engine: str,
               train_dims: Mapping[str, Mapping[str, int]], model_given: bool,
-              decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+              decided: dict[str, tuple[Status, str]], user_model: Any = None) -> dict[str, Any]:
+    """``user_model``: the --set workload.model's value, where known (model_set_by_user): the model the run
+    trains, whose experts decide the expert TP default as the config's model's do."""
     src = v.result.source
     w = begin_workload(v, "actor.path", "AReaL config", model_given, decided)
+    model = w.get("model", user_model)   # the model trained: the config's, or the one --set gives
     prompts, n = v.count("train_dataset.batch_size"), v.count("gconfig.n_samples")
     minis = v.count("actor.ppo_n_minibatches")
     if prompts % minis:
@@ -517,8 +522,7 @@ def _workload(v: Values, rollout_engine: str, rollout_dims: Mapping[str, Mapping
     w["response_length"] = capped_length("response_length", min(v.count("gconfig.max_new_tokens"), max_tokens),
                                          "gconfig.max_new_tokens", src, v.result.notes)
     w["train_layout"] = without_inapplicable_layout_keys(
-        _train_layout(v, train_engine, train_dims, prompts * n // minis, w.get("model"), decided), w.get("model"),
-        {}, decided)   # etp: set on MoE models only (_megatron_expert_tp, _archon_experts)
+        _train_layout(v, train_engine, train_dims, prompts * n // minis, model, decided), model, {}, decided)   # etp: set on MoE models only (_megatron_expert_tp, _archon_experts)
     if train_engine != "megatron":   # transformers' model code (archon: torchtitan's, op for op the same) under
         # FSDP2 (ZeRO 3), TP, Ulysses (archon: pipelines too): params.AREAL_FSDP, AREAL_ARCHON
         w["train_software"] = hf_train_software(False, f"areal-{train_engine}")
@@ -691,7 +695,7 @@ def _choice(v: Values, key: str, choices: tuple[str, ...]) -> str:
 
 
 def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]], mini_samples: int,
-                  model: str | None, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+                  model: Any, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     attn, ffn = dims["attn"], dims["ffn"]
     layout: dict[str, Any] = {"tp": attn["tp"], "pp": attn["pp"], "cp": attn["cp"]}
     checkpointing = v.flag("actor.gradient_checkpointing")
@@ -744,21 +748,22 @@ def _expert_tp(dims: Mapping[str, Mapping[str, int]]) -> int:
     return 1 if dims["ffn"] is dims["attn"] else dims["ffn"]["tp"]
 
 
-def _megatron_expert_tp(v: Values, dims: Mapping[str, Mapping[str, int]], model: str | None) -> dict[str, int]:
+def _megatron_expert_tp(v: Values, dims: Mapping[str, Mapping[str, int]], model: Any) -> dict[str, int]:
     """The megatron engine's expert tensor-parallel size: ParallelStrategy.expert_tensor_parallel_size, which
     megatron_engine.py hands to mpu.initialize_model_parallel (areal 1.0.4): 1 for a plain spec (alloc_mode.py's
     dataclass default), the hybrid spec's ffn t (1 when it gives none). AReaL never leaves it None, so
     Megatron-Core's default (the experts split over tp) does not apply. train_layout.etp where it differs from
-    tp, on a model with experts (a dense model has none to split; a model given by --set, unread here, is
-    taken as MoE at e > 1, and at e 1 a note says how to give it)."""
+    tp, on a model with experts (a dense model has none to split; the config's model or the one --set gives;
+    a model not known here, a sweep's --grid key, is taken as MoE at e > 1, and at e 1 a note says how to
+    give it)."""
     attn, ffn = dims["attn"], dims["ffn"]
     etp = _expert_tp(dims)
     if etp == attn["tp"]:
         return {}
     if model is None and ffn["ep"] == 1:
         v.result.notes.append(f"actor.backend: AReaL's megatron engine splits the experts over expert tp {etp} "
-                              f"(expert_tensor_parallel_size), not tp {attn['tp']}; the model, given by --set, is "
-                              f"not read here: for an MoE model give --set workload.train_layout.etp={etp}")
+                              f"(expert_tensor_parallel_size), not tp {attn['tp']}; the model, given by a --grid, "
+                              f"is not read here: for an MoE model give --set workload.train_layout.etp={etp}")
     return {"etp": etp} if has_experts(model, ffn["ep"]) else {}
 
 
@@ -808,7 +813,7 @@ ARCHON_PP_KEYS = ("actor.archon.pp_schedule", "actor.archon.pp_layers_per_stage"
                   "actor.archon.pp_first_stage_less_layers", "actor.archon.pp_last_stage_less_layers")
 
 
-def _archon_pipeline(v: Values, pp: int, model: str | None, decided: dict[str, tuple[Status, str]]) -> dict[str, int]:
+def _archon_pipeline(v: Values, pp: int, model: Any, decided: dict[str, tuple[Status, str]]) -> dict[str, int]:
     """train_layout.vpp: the stages a rank of archon's pipeline schedule (none without a pipeline)."""
     if pp == 1:
         for key in ARCHON_PP_KEYS:
@@ -830,13 +835,13 @@ def _archon_pipeline(v: Values, pp: int, model: str | None, decided: dict[str, t
     return {"vpp": stages}
 
 
-def _archon_stages_from_layers(v: Values, pp: int, schedule: str, per_stage: int, model: str | None,
+def _archon_stages_from_layers(v: Values, pp: int, schedule: str, per_stage: int, model: Any,
                                decided: dict[str, tuple[Status, str]]) -> int:
     """pipeline_llm with pp_layers_per_stage: ceil((layers + first_less + last_less) / it) virtual stages, a
     multiple of p, 1 a rank for 1F1B, 2 or more for the others, exactly 2 for ZBVZeroBubble."""
     key, default = "actor.archon.pp_layers_per_stage", 1 if schedule == "1F1B" else 2
     if model is None:
-        decided[key] = ("unsupported", f"the model is given by --set, its layer count not read here: priced at "
+        decided[key] = ("unsupported", f"the model is given by a --grid, its layer count not read here: priced at "
                                        f"{schedule}'s {default} stages a rank")
         return default
     from ..llm.architecture import load_model

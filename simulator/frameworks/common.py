@@ -650,14 +650,15 @@ def inactive_section(flat: Mapping[str, Any], prefix: str, reason: str,
             decided[key] = ("ignored", reason)
 
 
-def without_inapplicable_layout_keys(layout: dict[str, Any], model: str | None, config_keys: Mapping[str, str],
+def without_inapplicable_layout_keys(layout: dict[str, Any], model: Any, config_keys: Mapping[str, str],
                                      decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
     """An imported train_layout less the keys its layout or model makes inapplicable, which a
     scenario refuses (params.py inapplicable_given_key, TrainLayout.check_model): a config's
     sequence_parallel true at tp 1 (no TP group to split over) and its expert_tensor_parallel_size on
     a dense model (NeMo RL's recipes give 1 for dense models too). ``config_keys``: the config key
-    each came from (layout key -> config key), marked ignored. ``model``: the workload.model mapped (None: given by --set, unread here; the model is
-    then taken as dense at ep 1)."""
+    each came from (layout key -> config key), marked ignored. ``model``: the workload.model mapped, or the
+    one --set gives (model_set_by_user; None: not known here, a sweep's --grid key: the model is then
+    taken as dense at ep 1)."""
     out = dict(layout)
     if out.get("sequence_parallel") and out.get("tp", 1) == 1 and "sequence_parallel" in config_keys:
         del out["sequence_parallel"]
@@ -669,9 +670,18 @@ def without_inapplicable_layout_keys(layout: dict[str, Any], model: str | None, 
     return out
 
 
-def has_experts(model: str | None, ep: int) -> bool:
-    """Whether the mapped model has experts; a model not read here (or unreadable: its own error comes
-    later), by its expert parallelism."""
+def model_set_by_user(user_sets: Mapping[str, Any] | Iterable[str]) -> Any:
+    """The value of the command's --set workload.model (a preset, a config.json path or a mapping), which
+    replaces the config's model: ``user_sets`` maps each scenario key the command sets to its value
+    (commands/common.framework_import). None where no --set gives it, or where its value is not one (a
+    sweep's --grid key, whose values differ from point to point)."""
+    return user_sets.get("workload.model") if isinstance(user_sets, Mapping) else None
+
+
+def has_experts(model: Any, ep: int) -> bool:
+    """Whether the model (a preset, a config.json path or a mapping: the mapped one, or the user's --set
+    workload.model) has experts; a model not known here (None) or unreadable (its own error comes later),
+    by its expert parallelism."""
     from ..llm.architecture import load_model
     if model is None:
         return ep > 1

@@ -33,6 +33,7 @@ from .common import (
     mapped,
     megatron_token_dispatcher,
     merge_train_params,
+    model_set_by_user,
     positive_int,
     size_topology,
     unsupported,
@@ -239,10 +240,11 @@ def import_nemo_rl(path: str | Path, overrides: Iterable[str] = (), *, topology:
                                    schedule_fix="set grpo.async_grpo.enabled=true/false in the recipe or as an override")
     source = result.source
     kind, result.schedule_rule = schedule_of(v)
+    user_model = model_set_by_user(user_sets)
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
     _training_backend(v, flat, decided)
-    workload = _workload(v, "workload.model" in user_sets, decided)
+    workload = _workload(v, "workload.model" in user_sets, decided, user_model)
     _reward_pool(flat, workload, decided, source)
     sched = _schedule(v, kind, workload, decided)
     per_node = v.count("cluster.gpus_per_node")
@@ -323,7 +325,10 @@ def _multi_turn(v: Values, w: dict[str, Any], tmax: int, new_tokens: int) -> Non
     v.result.notes.append(MULTI_TURN_NOTE)
 
 
-def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str]], user_model: Any = None
+              ) -> dict[str, Any]:
+    """``user_model``: the --set workload.model's value, where known (model_set_by_user): the model the run
+    trains, whose experts decide the expert TP default as the recipe's model's do."""
     src = v.result.source
     w = begin_workload(v, "policy.model_name", "NeMo RL recipe", model_given, decided)
     prompts = v.count("grpo.num_prompts_per_step")
@@ -360,7 +365,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     w["response_length"] = capped_length("response_length", min(new_tokens, tmax), f"{_G}.max_new_tokens", src, v.result.notes)
     keys = ({"sequence_parallel": f"{_M}.sequence_parallel", "etp": f"{_M}.expert_tensor_parallel_size"}
             if v.flag(f"{_M}.enabled") else {"sequence_parallel": "policy.dtensor_cfg.sequence_parallel"})
-    w["train_layout"] = without_inapplicable_layout_keys(_train_layout(v, w.get("model")), w.get("model"), keys,
+    model = w.get("model", user_model)   # the model trained: the recipe's, or the one --set gives
+    w["train_layout"] = without_inapplicable_layout_keys(_train_layout(v, model), model, keys,
                                                          decided)
     if not v.flag(f"{_M}.enabled"):   # the DTensor policy trains transformers' model code: params.NEMO_RL_DTENSOR
         w["train_software"] = hf_train_software(False, "nemo-rl-dtensor")
@@ -437,9 +443,10 @@ def _packing_budgets(v: Values, layout: dict[str, Any], decided: dict[str, tuple
                                                                      "logprob_mb_tokens", src)
 
 
-def _train_layout(v: Values, model: str | None) -> dict[str, Any]:
-    """``model``: the workload.model mapped (None: given by --set): the expert TP's default (1) is read on a
-    model with experts alone, as Megatron splits nothing on a dense one."""
+def _train_layout(v: Values, model: Any) -> dict[str, Any]:
+    """``model``: the model trained (the workload.model mapped or given by --set; None: not known here, a
+    sweep's --grid key, taken as MoE at ep > 1): the expert TP's default (1) is read on a model with
+    experts alone, as Megatron splits nothing on a dense one."""
     packing = v.flag("policy.sequence_packing.enabled")
     micro = 1 if packing else v.whole("policy.train_micro_batch_size", 1)
     if v.flag(f"{_M}.enabled"):

@@ -767,6 +767,23 @@ def test_nemo_rl_megatron_expert_tp_left_out_is_its_base_recipes_1():
     assert key not in dense.ignored and not any(key in note for note in dense.notes)
 
 
+@pytest.mark.parametrize(("model", "etp"), [("qwen3-30b-a3b", 1), ("qwen2.5-7b", None)])
+def test_nemo_rl_expert_tp_default_follows_the_model_given_by_set(capsys, model, etp):
+    """The model given by --set was not known to the import: at ep 1 it took it as dense and left NeMo RL's
+    etp 1 out, so an MoE model trained its experts over tp 2 (etp = tp). The --set value is now read: etp 1
+    on an MoE model, left out on a dense one, as the recipe's own model decides it."""
+    recipe = str(EXAMPLES / "nemo-rl-grpo-llama3.1-8b.yaml")
+    code, printed, err = cli(capsys, "run", "--from-nemo-rl", recipe, "policy.megatron_cfg.tensor_model_parallel_size=2",
+                             "--set", f"workload.model={model}", "--print-scenario")
+    assert code == 0, err
+    workload = yaml.safe_load(printed)["workload"]
+    assert workload["model"] == model and workload["train_layout"]["ep"] == 1
+    assert workload["train_layout"].get("etp") == etp
+    by_recipe = import_config("nemo-rl", recipe, ["policy.megatron_cfg.tensor_model_parallel_size=2",
+                                                  f"policy.model_name={'Qwen/Qwen3-30B-A3B' if etp else 'Qwen/Qwen2.5-7B'}"])
+    assert by_recipe.scenario["workload"]["train_layout"].get("etp") == etp   # as the recipe's own model
+
+
 # verl's megatron workers recompute as Megatron's TransformerConfig overrides say (none by default)
 VERL_FULL_RECOMPUTE = "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity=full"
 

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from simulator.cli import main
 from simulator.errors import RlsimError
@@ -158,12 +159,27 @@ def test_the_megatron_engines_expert_tp_on_a_dense_model_is_left_out_and_the_bac
     load_scenario(r.scenario)
 
 
-def test_the_megatron_engines_expert_tp_beside_a_model_given_by_set_is_said(capsys):
-    """The model given by --set (not read by the import): its experts are known only by e > 1; at e 1 a
-    note says the expert tp rlsim leaves at tp, and how to give AReaL's."""
+def test_the_megatron_engines_expert_tp_beside_a_model_of_a_grid_is_said(capsys):
+    """A model the import does not know (a sweep's --grid key: a key without a value): its experts are known
+    only by e > 1; at e 1 a note says the expert tp rlsim leaves at tp, and how to give AReaL's."""
     r = import_config("areal", EXAMPLE, ["actor.backend=megatron:d2t2"], user_sets=("workload.model",))
     assert "etp" not in r.scenario["workload"]["train_layout"]
     assert any("workload.train_layout.etp=1" in note for note in r.notes)
+
+
+@pytest.mark.parametrize(("model", "etp"), [("qwen3-30b-a3b", 1), ("qwen2.5-7b", None)])
+def test_the_megatron_engines_expert_tp_follows_the_model_given_by_set(capsys, model, etp):
+    """The --set model was not read: at e 1 AReaL's expert tp 1 was left out and an MoE model trained its
+    experts over tp 2 (a note said to give etp). Its value is now read, as the config's own model is."""
+    code = main(["run", "--from-areal", str(EXAMPLE), "actor.backend=megatron:d2t2", "--set", f"workload.model={model}",
+                 "--print-scenario"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    workload = yaml.safe_load(out)["workload"]
+    assert workload["model"] == model and workload["train_layout"].get("etp") == etp
+    assert "workload.train_layout.etp=1" not in out
+    r = import_config("areal", EXAMPLE, ["actor.backend=megatron:d2t2"], user_sets={"workload.model": model})
+    assert r.scenario["workload"]["train_layout"].get("etp") == etp and "model" not in r.scenario["workload"]
 
 
 @pytest.mark.parametrize(("backend", "ulysses"), [("fsdp:d2c2", True), ("archon:d2c2", True),
