@@ -106,7 +106,10 @@ class PlannerParams(StrictModel):
     # evaluations are such refusals). Measured with benchmarks/bench_planner.py (section 4, the refused /
     # timed ratio of the mean seconds): 0.047-0.049 on the default scenario's search (32,044 refusals at
     # 0.19-0.25 ms against 3,007 timed at 4.0-5.0 ms); 0.14 for grpo-qwen2.5-7b on one node, whose steps
-    # time faster. Rounded to the default scenario's.
+    # time faster. Rounded to the default scenario's. A failure re-plan's refusals before timing (the
+    # schedule's own check too, LlmCosts.accept_train_layout: the rollout phase, the latest batches' memory)
+    # measured 0.040 of its timed evaluations (0.77 ms against 19.5 ms: the default scenario losing node 3
+    # at 1,200 s, timed around the search's evaluator calls on the project's 2-core VM).
     refused_cost_fraction: float = Field(0.05, ge=0)
     fixed_cost_s: float = Field(0.0, ge=0)  # the search has no fixed part; restarting a job is RecoveryParams.restart_s
 
