@@ -62,8 +62,9 @@ def test_plan_and_run_price_an_archon_pipeline_keeping_its_layers_gathered(tmp_p
     resharded = _plan(path, capsys, f"{KEY}=true")
     assert (plan["step_time_s"], plan["memory_per_device_bytes"]) == (kept["step_time_s"],
                                                                      kept["memory_per_device_bytes"])
-    # resharding gathers each layer again in the backward and holds fewer whole layers
+    # resharding gathers each layer again in the backward; its peak is the same, as torch's pipelining
+    # leaves every layer of a stage whole from its first backward on (set_reshard_after_backward(False))
     assert resharded["step_time_s"] > plan["step_time_s"]
-    assert resharded["memory_per_device_bytes"] < plan["memory_per_device_bytes"]
+    assert resharded["memory_per_device_bytes"] == plan["memory_per_device_bytes"]
     run = _run(path)
     assert run == _run(path, f"{KEY}=false") and run != _run(path, f"{KEY}=true")
