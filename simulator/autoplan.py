@@ -430,7 +430,7 @@ def _check_planner_keys_apply(sc: Scenario) -> None:
 
 
 def train_space(space: Any, software: str, planner_keys: Mapping[str, Any], *, packed_step: bool,
-                model: Any = None) -> Any:
+                model: Any = None, scenario: Scenario | None = None) -> Any:
     """The training search space of `layout: auto` and of `rlsim plan` (one rule, so plan ranks what a
     run would take), narrowed to the stack. Unless planner.space gives them: uneven pipeline stages
     (floor / ceil layer shares, MCore's num_layers_in_first/last_pipeline_stage, what
@@ -439,8 +439,11 @@ def train_space(space: Any, software: str, planner_keys: Mapping[str, Any], *, p
     when the batch is the run's optimizer step packed into rows (``packed_step``: a row count such as
     285 that no power-of-two DP divides) DP x micro-batch need not divide it (exact_batch: false: the
     last micro-batch round is partial, as the run's sampler has it), where an exact split would
-    leave DP 1."""
+    leave DP 1. With ``scenario``, narrowed for the model whose pipeline rule binds the layout
+    (rl/llm_costs.pipeline_rule_model: a PPO critic with tied embeddings on areal-archon, which trains
+    under the actor's layout and whose pipeline the run refuses)."""
     from .params import MEGATRON_2021
+    from .rl.llm_costs import pipeline_rule_model
 
     given = set((planner_keys.get("space") or {}).keys())
     update: dict[str, Any] = {}
@@ -448,7 +451,8 @@ def train_space(space: Any, software: str, planner_keys: Mapping[str, Any], *, p
         update["uneven_pp"] = True
     if "exact_batch" not in given and packed_step:
         update["exact_batch"] = False
-    return space.model_copy(update=update).for_software(TRAIN_SOFTWARE[software], model)
+    bound = pipeline_rule_model(scenario, model) if scenario is not None and model is not None else model
+    return space.model_copy(update=update).for_software(TRAIN_SOFTWARE[software], bound)
 
 
 def _consolidating(sc: Scenario, ranks: list[int], params: Any, evaluator: Any, plan: Any) -> tuple[dict[str, Any] | None, float]:
@@ -505,7 +509,7 @@ def auto_layouts(sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()
     roll_ranks, train_ranks = planning_ranks(sc, topology.num_devices)
     if w.train_layout == "auto":    # first: a colocated engine is sized beside its resident state
         batch, row = train_batch(sc)
-        space = train_space(settings.space, w.train_software, sc.planner, packed_step=True, model=model)
+        space = train_space(settings.space, w.train_software, sc.planner, packed_step=True, model=model, scenario=sc)
         evaluator = auto_training_evaluator(sc, topology, model, (batch, row), len(train_ranks), trained)
         with engine_named(sc):
             plan = plan_training(model, topology, batch, row, ranks=train_ranks, space=space, params=settings.params,
@@ -696,6 +700,8 @@ class PlannerReplanner:
     def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any],
                    accept: Callable[[dict[str, Any]], bool | None] | None = None,
                    usable: Callable[[int, dict[str, Any] | None], int] | None = None) -> ReplanOutcome:
+        from .rl.llm_costs import pipeline_rule_model
+
         batch, row = train_batch(self.sc)
         choice = TrainChoice(**{k: current[k] for k in ("tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute",
                                                         "micro_batch")},
@@ -713,12 +719,14 @@ class PlannerReplanner:
                                               packing=step_packing(self.sc))
         evaluator = _accepted_first(base, accept) if accept is not None else base
         wide = train_space(self.settings.space, self.sc.workload.train_software, self.sc.planner, packed_step=True,
-                           model=self.model)
+                           model=self.model, scenario=self.sc)
         kept = None if usable is None or self.sc.schedule.effective_placement != "colocated" \
             else lambda n, choice: usable(n, choice.as_dict())
         args = dict(failed=failed, ranks=pool_ranks, params=self.settings.params, recovery=self.recovery,
                     current=choice, wide_space=wide, devices_kept=kept,
-                    software=TRAIN_SOFTWARE[self.sc.workload.train_software])
+                    software=TRAIN_SOFTWARE[self.sc.workload.train_software],
+                    # its neighbourhood keeps to the pipeline rule of the model it binds (a tied PPO critic's)
+                    limits_model=pipeline_rule_model(self.sc, self.model))
         # colocated StaleSync keeps training beside its tail where a layout allows it (a TP8 PP11 group of
         # all 352 survivors ran the rest synchronous: ~620 s steps against ~500 s); else any layout
         base.room_beside_tail = room_beside_tail(self.sc)

@@ -424,10 +424,9 @@ def plan_rows(args: argparse.Namespace, scn: Any = None, progress: Any = None
                                                    # what sits beside the update: a scenario's step only
                                                    beside=updates_beside(inp["scenario"] if inp["params"] is not None
                                                                          else None, inp["params"], base))
-        evaluator = _counted(evaluator, progress)
-        kwargs = {"space": train_space(settings.space, w.train_software, planner_keys,
-                                       packed_step=inp["step_sequences"] is not None, model=model),
-                  "params": settings.params, "evaluator": evaluator}
+        kwargs = {"space": train_space(settings.space, w.train_software, planner_keys, model=model,
+                                       packed_step=inp["step_sequences"] is not None, scenario=inp["scenario"]),
+                  "params": settings.params, "evaluator": _counted(evaluator, progress)}
         with engine_named(inp["scenario"] if inp["params"] is not None else None):
             if args.target_tokens_per_s:
                 plan = plan_to_target(model, topology, inp["global_batch"], inp["seq_len"], args.target_tokens_per_s,
@@ -555,7 +554,7 @@ def balanced_plan(args: argparse.Namespace, model: Any, topology: Any) -> dict[s
     planner_keys = _planner_keys(args, inp["scenario"])
     settings = planner_settings(planner_keys, source=inp["scenario"].source or "--set planner")
     space = train_space(settings.space, inp["workload"].train_software, planner_keys,
-                        packed_step=inp["step_sequences"] is not None, model=model)
+                        packed_step=inp["step_sequences"] is not None, model=model, scenario=inp["scenario"])
     zeros = [z for z in space.zero if z <= 2]
     if not zeros:
         raise RlsimError(f"the heterogeneous step model takes ZeRO 0-2, and planner.space.zero is {space.zero}",

@@ -81,7 +81,7 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
                       recovery: RecoveryParams | None = None, evaluator: Evaluator | None = None,
                       current: TrainChoice | None = None, wide_space: SearchSpace | None = None,
                       devices_kept: Callable[[int, TrainChoice], int] | None = None,
-                      software: Any = None) -> Replan:
+                      software: Any = None, limits_model: Any = None) -> Replan:
     """The best layout on the surviving devices, and the planning cost (simulated seconds).
 
     With the running layout `current` (and no `space`), its neighbourhood is searched first; where
@@ -91,7 +91,8 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
     survivors under a layout) the plan that keeps more is kept, the faster only among equals: devices left idle
     leave generation too, which a training step time does not show. With `software` (the training
     stack, params.TrainSoftware) the neighbourhood keeps to the parallel dimensions it runs (no
-    pipeline for the hf-transformers stacks).
+    pipeline for the hf-transformers stacks), for `limits_model` (default `model`: the model whose
+    pipeline rule binds, rl/llm_costs.pipeline_rule_model: a tied PPO critic on areal-archon).
 
     When no layout divides every survivor, whole nodes are left idle one at a time until one does.
     Every search made is charged, one in which no layout fitted too (what it evaluated); NoLayoutFits,
@@ -105,7 +106,7 @@ def replan_on_failure(model: Any, topology: Any, global_batch: int, seq_len: int
                   evaluator=evaluator)
     near_space = neighbourhood(current, model) if current else None
     if near_space is not None and software is not None:
-        near_space = _within_the_stack(near_space, software, current, model)
+        near_space = _within_the_stack(near_space, software, current, limits_model or model)
     near = _on_the_most_survivors(model, space=space or near_space, **search)
     if current is None or space is not None or not recovery.widen or (near[0] and len(near[0][0]) == len(alive)):
         return _replan(near, ranks, alive)

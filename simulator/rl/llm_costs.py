@@ -337,6 +337,21 @@ def refuse_tied_pipeline(software: str, model: ModelSpec, layout: Mapping[str, A
                          fix=f"{stack.tied_pipeline_fix()}; or a workload.critic_model without tied embeddings")
 
 
+def pipeline_rule_model(scenario: Any, actor: ModelSpec) -> ModelSpec:
+    """The model whose pipeline rule binds the training layout, for the planner's search (TrainSoftware
+    .search_limits): ``actor`` (the model planned), or PPO's workload.critic_model where the training stack
+    refuses pipeline stages for it and not for the actor (refused_tied_pipeline: a critic with tied
+    embeddings on areal-archon). The critic trains under the actor's layout on whichever pool it runs
+    (LlmCosts.layout_for), and the run refuses its pipeline there (refuse_tied_pipeline): a plan with
+    pp > 1 would be refused."""
+    w = scenario.workload
+    stack = TRAIN_SOFTWARE[w.train_software]
+    if not w.critic_model or stack.refused_tied_pipeline({"pp": 2}, actor):
+        return actor
+    critic = with_value_head(load_model(w.critic_model, field="workload.critic_model", source=scenario.source))
+    return critic if stack.refused_tied_pipeline({"pp": 2}, critic) else actor
+
+
 def role_models(scenario: Any, base: ModelSpec | None = None) -> dict[str, ModelSpec]:
     """The model each role runs: the actor as it trains (LoRA adapters beside the frozen base), the
     reference the base, the critic and a reward model under a value head (hidden x 1, not the vocab LM

@@ -71,3 +71,89 @@ def test_a_ppo_critic_model_with_tied_embeddings_refuses_the_pipeline_too(capsys
     err = capsys.readouterr().err
     assert code == 2 and "'workload.train_layout.pp'" in err
     assert "workload.critic_model" in err and "qwen2.5-1.5b" in err and "tie_word_embeddings" in err
+
+
+def _ppo_on_archon(critic: str, *overrides: str):
+    """PPO of qwen2.5-7b (untied) on areal-archon, one DGX-H100 node, colocated, with ``critic``'s
+    architecture: an untied critic leaves the planner its TP1 PP2 CP2 best (its default space)."""
+    from simulator.scenario import load_scenario
+
+    return load_scenario(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 1},
+                         schedule="colocated", iterations=1,
+                         overrides=["workload.algorithm=ppo", "workload.train_software=areal-archon",
+                                    f"workload.critic_model={critic}", "workload.train_layout=auto",
+                                    'workload.rollout_layout={"tp": 2, "ep": 1}', *overrides])
+
+
+def test_the_pipeline_rule_binds_for_a_tied_critic_only_where_the_stack_refuses_it():
+    from simulator.rl.llm_costs import pipeline_rule_model
+
+    bound = pipeline_rule_model(_ppo_on_archon("qwen2.5-1.5b"), UNTIED)
+    assert bound.name == "qwen2.5-1.5b" and bound.tied_embeddings
+    assert pipeline_rule_model(_ppo_on_archon("qwen2.5-7b"), UNTIED) is UNTIED
+    assert pipeline_rule_model(_ppo_on_archon("qwen2.5-1.5b", "workload.train_software=megatron-core"),
+                               UNTIED) is UNTIED
+    assert pipeline_rule_model(_ppo_on_archon("qwen2.5-7b"), TIED) is TIED   # the actor's own rule binds first
+    tied = train_space(SearchSpace(), "areal-archon", {}, packed_step=True, model=UNTIED,
+                       scenario=_ppo_on_archon("qwen2.5-1.5b"))
+    assert tied.pp == tied.vpp == [1]
+    untied = train_space(SearchSpace(), "areal-archon", {}, packed_step=True, model=UNTIED,
+                         scenario=_ppo_on_archon("qwen2.5-7b"))
+    assert untied == train_space(SearchSpace(), "areal-archon", {}, packed_step=True, model=UNTIED)
+    assert untied.pp != [1]
+
+
+def test_layout_auto_with_a_tied_ppo_critic_on_archon_plans_no_pipeline_and_the_run_takes_it():
+    """The planner searched the actor's model alone: it planned TP1 PP2 CP2 beside a tied qwen2.5-1.5b
+    critic, which the run then refused (refuse_tied_pipeline). An untied critic keeps that plan."""
+    import simulator
+    from simulator.autoplan import auto_layouts
+
+    untied = auto_layouts(_ppo_on_archon("qwen2.5-7b"), load_topology({"preset": "dgx-h100", "nodes": 1}))
+    assert untied.layouts["train"]["pp"] == 2
+    sc = _ppo_on_archon("qwen2.5-1.5b")
+    tied = auto_layouts(sc, load_topology(sc.topology)).layouts["train"]
+    assert (tied["pp"], tied["vpp"]) == (1, 1)
+    simulator.simulate(sc)   # the run takes it (it raised "train_layout.pp=2: areal-archon runs no pipeline ...")
+
+
+def test_rlsim_plan_of_a_tied_ppo_critic_on_archon_ranks_no_pipeline(tmp_path, capsys):
+    import json
+
+    scenario = tmp_path / "ppo.yaml"
+    base = ("topology: {preset: dgx-h100, nodes: 1}\nschedule: colocated\nworkload: {preset: grpo-qwen2.5-7b, "
+            "algorithm: ppo, train_software: areal-archon, rollout_layout: {tp: 2, ep: 1}, critic_model: ")
+    layouts = {}
+    for critic in ("qwen2.5-1.5b", "qwen2.5-7b"):
+        scenario.write_text(base + critic + "}\n")
+        assert main(["plan", str(scenario), "--json", "--top", "3"]) == 0
+        layouts[critic] = [row["layout"] for row in json.loads(capsys.readouterr().out)]
+    assert all(lay["pp"] == 1 for lay in layouts["qwen2.5-1.5b"])
+    assert layouts["qwen2.5-7b"][0]["pp"] == 2   # untied: as before
+
+
+def test_a_failure_replan_keeps_a_tied_critic_unpipelined(monkeypatch):
+    """The re-plan's neighbourhood and its widened space keep to the tied critic's rule, as the run's."""
+    import simulator.autoplan as autoplan
+
+    topo = load_topology("dgx-h100", {"nodes": 2})
+
+    def pipelines_pay(c: TrainChoice, ranks) -> Evaluation:
+        return Evaluation(10.0 / c.pp, 1.0, 0.4, 1e9, 0.1)
+    args = dict(failed=[15], current=TrainChoice(1, 1, 1, 8, 1, 1, 3, "full", 1), evaluator=pipelines_pay,
+                software=AREAL_ARCHON)
+    tied = replan_on_failure(UNTIED, topo, 64, 4096, limits_model=TIED, **args)
+    assert (tied.layout["pp"], tied.layout["vpp"]) == (1, 1)
+    assert replan_on_failure(UNTIED, topo, 64, 4096, limits_model=UNTIED, **args).layout["pp"] > 1
+    seen: dict = {}
+
+    def replan(model, topology, batch, row, **kwargs):
+        seen.update(kwargs)
+        raise RlsimError("stop here", field="failed")
+    monkeypatch.setattr(autoplan, "replan_on_failure", replan)
+    for critic, pipelined in (("qwen2.5-1.5b", False), ("qwen2.5-7b", True)):
+        sc = _ppo_on_archon(critic, 'workload.train_layout={"tp": 1, "zero": 3, "recompute": "full"}',
+                            "schedule.failures=[{at_s: 150, fail: 'gpu:7'}]")
+        with pytest.raises(RlsimError, match="stop here"):
+            autoplan.PlannerReplanner(sc, load_topology(sc.topology)).on_failure(list(range(8)), [7], {})
+        assert seen["limits_model"].name == critic and (seen["wide_space"].pp != [1]) is pipelined
