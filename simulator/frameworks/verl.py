@@ -58,6 +58,7 @@ from .common import (
     megatron_token_dispatcher,
     merge_train_params,
     model_for,
+    model_set_by_user,
     overridden_keys,
     positive_int,
     read_config,
@@ -925,9 +926,10 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     result = FrameworkImport("verl", source, {}, rules=RULES, overridden=overridden_keys(overrides))
     values = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
     recipe, result.schedule_rule = recipe_of(values, schedule)
+    user_model = model_set_by_user(user_sets)
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
-    workload = _workload(values, recipe, "workload.model" in user_sets, decided)
+    workload = _workload(values, recipe, "workload.model" in user_sets, decided, user_model)
     strategy = str(values(f"{A}.actor.strategy"))
     inactive_section(flat, f"{A}.actor.fsdp_config" if strategy == "megatron" else f"{A}.actor.megatron",
                      f"{A}.actor.strategy is {strategy}: this backend's settings do not apply", decided)
@@ -1271,7 +1273,10 @@ def _law(law: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in law.items()) + "}"
 
 
-def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tuple[Status, str]],
+              user_model: Any = None) -> dict[str, Any]:
+    """``user_model``: the --set workload.model's value, where known (model_set_by_user): the model the run
+    trains, whose experts decide the expert TP keys and note as the config's model's do."""
     src = v.result.source
     w = begin_workload(v, f"{A}.model.path", "verl config", model_given, decided)
     w["algorithm"] = _algorithm(v)
@@ -1310,10 +1315,11 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["response_length"] = capped_length("response_length", v("data.max_response_length"),
                                          "data.max_response_length", src, v.result.notes)
     m = f"{A}.actor.megatron"
+    model = w.get("model", user_model)   # the model trained: the config's, or the one --set gives
     w["train_layout"] = without_inapplicable_layout_keys(
-        _train_layout(v, decided), w.get("model"), {"sequence_parallel": f"{m}.sequence_parallel",
+        _train_layout(v, decided), model, {"sequence_parallel": f"{m}.sequence_parallel",
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
-    _expert_tp_default(v, w)
+    _expert_tp_default(v, w["train_layout"], model)
     _train_software(v, w, decided)
     _entropy(v, recipe, w, decided)
     _logprob_traffic(v, w, decided)
@@ -1772,15 +1778,16 @@ def _mark_mtp(v: Values, names: tuple[str, ...], reason: str, decided: dict[str,
                 decided[f"{section}.{name}"] = ("mapped", reason)
 
 
-def _expert_tp_default(v: Values, w: dict[str, Any]) -> None:
+def _expert_tp_default(v: Values, layout: Mapping[str, Any], model: Any) -> None:
     """actor.megatron.expert_tensor_parallel_size absent on an MoE model at tp > 1: rlsim takes verl
     0.6.1+'s default, null (Megatron's expert TP = tp: engine/megatron.yaml 0.6.1, 0.7.0, 0.9.1, whose
     workers/engine/megatron/transformer_impl.py hands it to mpu.initialize_model_parallel as None), and says
-    that verl 0.6.0 defaulted to 1 (its engine/megatron.yaml), which splits the experts differently."""
-    layout, key = w["train_layout"], f"{A}.actor.megatron.expert_tensor_parallel_size"
+    that verl 0.6.0 defaulted to 1 (its engine/megatron.yaml), which splits the experts differently.
+    ``model``: the config's, or the one --set gives (None: a sweep's --grid key, judged by its ep)."""
+    key = f"{A}.actor.megatron.expert_tensor_parallel_size"
     if str(v(f"{A}.actor.strategy")) != "megatron" or v.given(key) or layout.get("tp", 1) == 1:
         return
-    if has_experts(w.get("model"), layout.get("ep", 1)):
+    if has_experts(model, layout.get("ep", 1)):
         v.result.notes.append(f"{key} not given: verl 0.6.1+'s default null (Megatron's: the experts split over tp "
                               f"{layout['tp']}), which rlsim takes; verl 0.6.0 defaulted to 1: give {key}=1 to match it")
 

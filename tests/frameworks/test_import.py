@@ -1189,6 +1189,30 @@ def test_verl_megatron_expert_tp_default_is_said_where_verl_versions_differ():
     assert "etp" not in v091.scenario["workload"]["train_layout"]
 
 
+
+@pytest.mark.parametrize(("model", "moe"), [("qwen3-30b-a3b", True), ("qwen2.5-7b", False)])
+def test_verl_expert_tp_follows_the_model_given_by_set(capsys, model, moe):
+    """verl's import decided its expert TP on the config's model only: a model given by --set was taken
+    as dense at ep 1, so an MoE one lost the config's expert_tensor_parallel_size 1 (ignored as "a dense
+    model": its experts then split over tp 4) and the note on verl 0.6.0's default. The --set value is now
+    read, as NeMo RL's and AReaL's imports read it."""
+    cfg = str(EXAMPLES / "verl-grpo-qwen2.5-7b.yaml")
+    key = "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size"
+    megatron = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4"]
+    code, printed, err = cli(capsys, "run", "--from-verl", cfg, *megatron, f"+{key}=1", "--set", f"workload.model={model}",
+                             "--print-scenario")
+    assert code == 0, err
+    workload = yaml.safe_load(printed)["workload"]
+    assert workload["model"] == model and workload["train_layout"].get("etp") == (1 if moe else None)
+    absent = import_config("verl", cfg, megatron, user_sets={"workload.model": model})
+    assert any("verl 0.6.0 defaulted to 1" in note for note in absent.notes) is moe
+    given = import_config("verl", cfg, [*megatron, f"+{key}=1"], user_sets={"workload.model": model})
+    assert (key in given.ignored) is not moe
+    by_config = import_config("verl", cfg, [*megatron, f"actor_rollout_ref.model.path={'Qwen/Qwen3-30B-A3B' if moe else 'Qwen/Qwen2.5-7B'}"])
+    assert any("verl 0.6.0 defaulted to 1" in note for note in by_config.notes) is moe   # as the config's own model
+    grid = import_config("verl", cfg, megatron, user_sets={"workload.model": None})   # a --grid key: unknown
+    assert not any("verl 0.6.0 defaulted to 1" in note for note in grid.notes)
+
 def test_verl_cudagraph_capture_sizes_cap_vllms_graphs():
     """rollout.cudagraph_capture_sizes: vLLM captures those batch sizes and runs eager above the
     largest (cuda_graph_max_batch); with enforce_eager or SGLang it does not apply; not a list: exit 2."""
