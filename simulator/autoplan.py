@@ -51,6 +51,7 @@ from .planner import (
 from .planner.base import NoLayoutFits
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
+from .planner.search import EXTRA_QUERIES_ATTR
 from .rl.packing import heaviest_micro_batch, micro_batch_order, pack_width, samples_per_micro_batch
 from .rl.pools import aux_devices_with_room, requested_rollout_devices, served_devices
 from .rl.schedules.batches import draw_lengths
@@ -664,20 +665,28 @@ def colocated_engine_share(sc: Scenario, topology: Any, model: ModelSpec, train_
     return min(wanted, free)
 
 
-def _accepted_first(base: TrainingEvaluator, accept: Callable[[dict[str, Any]], bool | None]
+def _accepted_first(base: TrainingEvaluator, accept: Callable[[dict[str, Any]], int | None]
                     ) -> Callable[[TrainChoice, list[int]], Evaluation]:
     """``base`` behind the schedule's own check of a candidate (LlmCosts.accept_train_layout), which
     refuses as a memory miss does: RefusedBeforeTiming where it refused before timing a step (the
-    rollout phase, the latest batches' memory), charged so; a refusal by ``base`` after ``accept``
-    timed the latest batches (it returns true then) is charged as a timed candidate."""
+    rollout phase, the latest batches' memory), charged so. The train_step_cost queries the check
+    timed (it returns how many: up to three batches) are charged beside ``base``'s step, each as a
+    timed evaluation (the search reads them from EXTRA_QUERIES_ATTR): a candidate that timed k batches
+    and the step costs (k + 1) x eval_cost_s (it was charged one: 19.5 ms measured against 5 ms). A
+    refusal by ``base`` before timing after the check timed k > 0 is charged as the k queries (a timed
+    candidate and k - 1 beside it)."""
     def evaluator(c: TrainChoice, ranks: list[int]) -> Evaluation:
-        timed = accept(c.as_dict())
+        timed = beside = accept(c.as_dict()) or 0   # closed-form costs time nothing (None)
         try:
             return base(c, ranks)
         except RefusedBeforeTiming as exc:
-            if timed:
-                raise exc.as_timed() from None
-            raise
+            if not timed:
+                raise
+            beside = timed - 1   # charged as a timed candidate: the check's other queries beside it
+            raise exc.as_timed() from None
+        finally:
+            setattr(evaluator, EXTRA_QUERIES_ATTR, getattr(evaluator, EXTRA_QUERIES_ATTR) + beside)
+    setattr(evaluator, EXTRA_QUERIES_ATTR, 0)
     evaluator.micro_batch_counts = base.micro_batch_counts   # the search judges interleaving on them
     return evaluator
 
@@ -698,7 +707,7 @@ class PlannerReplanner:
         return parse_group(self.topology, spec)
 
     def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any],
-                   accept: Callable[[dict[str, Any]], bool | None] | None = None,
+                   accept: Callable[[dict[str, Any]], int | None] | None = None,
                    usable: Callable[[int, dict[str, Any] | None], int] | None = None) -> ReplanOutcome:
         from .rl.llm_costs import pipeline_rule_model
 

@@ -93,7 +93,7 @@ class PlannerParams(StrictModel):
     refine_top: int = Field(8, ge=0)
     # Modelled planning cost, counted in simulated time (wall clock would break determinism).
     # eval_cost_s: the seconds a candidate whose step is timed costs (a train_step_cost query; a rollout
-    # layout's simulate_rollout). 5 ms is llm/training.py's target for one train_step_cost query (issue 7:
+    # layout's simulate_rollout), and each further query a check times for it (a failure re-plan's). 5 ms is llm/training.py's target for one train_step_cost query (issue 7:
     # 1,000 queries <= 10 s), a budget, not a measurement. `python benchmarks/bench_planner.py` (section 4)
     # prints what a timed evaluation takes on the machine it runs on: 4.0-5.0 ms for the default scenario's
     # `layout: auto` search, 2.0 ms for grpo-qwen2.5-7b on one DGX H100 node (--quick), on the project's
@@ -109,7 +109,10 @@ class PlannerParams(StrictModel):
     # time faster. Rounded to the default scenario's. A failure re-plan's refusals before timing (the
     # schedule's own check too, LlmCosts.accept_train_layout: the rollout phase, the latest batches' memory)
     # measured 0.040 of its timed evaluations (0.77 ms against 19.5 ms: the default scenario losing node 3
-    # at 1,200 s, timed around the search's evaluator calls on the project's 2-core VM).
+    # at 1,200 s, timed around the search's evaluator calls on the project's 2-core VM); a timed one there
+    # makes up to four train_step_cost queries (the schedule's check times up to three latest batches, then
+    # the step) and is charged eval_cost_s each (search.EXTRA_QUERIES_ATTR), against which a refusal's
+    # 0.77 ms is about 0.15 of a query's 5 ms: the re-plan's refusals are charged less than measured.
     refused_cost_fraction: float = Field(0.05, ge=0)
     fixed_cost_s: float = Field(0.0, ge=0)  # the search has no fixed part; restarting a job is RecoveryParams.restart_s
 

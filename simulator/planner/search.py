@@ -31,6 +31,11 @@ _RECOMPUTE_ORDER = ("none", "selective", "full")  # least recomputation (fastest
 
 
 Evaluator = Callable[[TrainChoice, Sequence[int]], Evaluation]
+# An evaluator may count in this attribute (a running total) the train_step_cost queries its own checks
+# time beside the step a timed evaluation is charged for: a failure re-plan's schedule check times the
+# latest batches before the evaluator times the step (autoplan._accepted_first). A search charges each
+# eval_cost_s, as it charges a timed evaluation (PlannerParams.search_cost_s).
+EXTRA_QUERIES_ATTR = "checks_timed"
 
 
 class SearchSpace(StrictModel):
@@ -159,6 +164,9 @@ class TrainPlan:
     planning_cost_s: float = 0.0
     # of the evaluations, those the evaluator refused before timing a step (RefusedBeforeTiming)
     refused_before_timing: int = 0
+    # the train_step_cost queries the evaluator's own checks timed beside its evaluations (a failure
+    # re-plan's schedule check: EXTRA_QUERIES_ATTR), each charged as a timed evaluation is
+    checks_timed: int = 0
     # every candidate that fitted as the first pass timed it (its first aware placement), best first,
     # and the leaders refined, by layout: what rerank_training ranks again without searching again
     first_pass: list[TrainCandidate] = field(default_factory=list, repr=False)
@@ -428,8 +436,7 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                            + _state_floor(model, topology, ranks, getattr(evaluator, "params", None))
                            + (f"; the first refused: {refused.message}" if refused is not None else ""),
                            field="planner", fix=_fix_for_none(pruned, model),
-                           planning_cost_s=params.search_cost_s(work.evaluated - work.refused_early,
-                                                                work.refused_early))
+                           planning_cost_s=params.search_cost_s(work.timed_queries, work.refused_early))
     cands.sort(key=_rank_key)
     first_pass = [dataclasses.replace(cand) for cand in cands]   # before the leaders' refinement changes them
     leaders = cands[: max(params.refine_top, top or 0)]
@@ -474,7 +481,8 @@ def rerank_training(plan: TrainPlan, keep: Callable[[TrainChoice], bool], topolo
 @dataclass
 class _Work:
     """What a search evaluates on (the topology, its ranks, the evaluator, the step's tokens) and the
-    evaluations it made: timed, and refused before timing (RefusedBeforeTiming)."""
+    evaluations it made: timed, and refused before timing (RefusedBeforeTiming); ``checks_timed``: the
+    train_step_cost queries the evaluator's own checks timed beside them (EXTRA_QUERIES_ATTR)."""
 
     topology: Any
     ranks: Sequence[int]
@@ -482,15 +490,25 @@ class _Work:
     tokens: float
     evaluated: int = 0
     refused_early: int = 0
+    checks_timed: int = 0
+
+    @property
+    def timed_queries(self) -> int:
+        """The train_step_cost queries charged eval_cost_s each: one a timed evaluation, and what the
+        evaluator's checks timed beside them."""
+        return self.evaluated - self.refused_early + self.checks_timed
 
     def evaluate(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:
-        """The evaluator's answer, counted (a refusal before timing as such)."""
+        """The evaluator's answer, counted (a refusal before timing as such, and the queries its checks timed)."""
         self.evaluated += 1
+        before = getattr(self.evaluator, EXTRA_QUERIES_ATTR, 0)
         try:
             return self.evaluator(c, ranks)
         except RefusedBeforeTiming:
             self.refused_early += 1
             raise
+        finally:
+            self.checks_timed += getattr(self.evaluator, EXTRA_QUERIES_ATTR, 0) - before
 
     def candidate(self, c: TrainChoice, placement: Placement, ev: Evaluation) -> TrainCandidate:
         return TrainCandidate(c, placement, ev, devices=len(self.ranks), tokens_per_s=self.tokens / ev.step_time_s)
@@ -556,9 +574,9 @@ def _ranked(cands: list[TrainCandidate], work: _Work, top: int | None, *, enumer
     keep = cands if top is None else cands[:top]
     for cand in keep:
         cand.tp_level = _tp_level(work.topology, cand.placement, cand.choice)
-    timed = work.evaluated - work.refused_early
     return TrainPlan(keep, enumerated=enumerated, evaluated=work.evaluated, pruned=pruned,
-                     planning_cost_s=cost_s(timed, work.refused_early), refused_before_timing=work.refused_early,
+                     planning_cost_s=cost_s(work.timed_queries, work.refused_early),
+                     refused_before_timing=work.refused_early, checks_timed=work.checks_timed,
                      step_tokens=work.tokens)
 
 

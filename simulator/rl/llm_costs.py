@@ -1119,7 +1119,7 @@ class LlmCosts:
         samples per micro-batch in generation order (sequence, or padded data)."""
         return self._micro_batched_as(self.layout(n_devices), seq_lens)
 
-    def accept_train_layout(self, layout_map: dict[str, Any]) -> bool:
+    def accept_train_layout(self, layout_map: dict[str, Any]) -> int:
         """A re-plan's check of a candidate training layout (dp included) beyond the planner's own
         (which judges rows of typical length): the rollout phase still fits beside it on a colocated
         placement, and the latest trained batch, micro-batched as the run does, fits in memory
@@ -1127,7 +1127,9 @@ class LlmCosts:
         (fuse: actor) fit under it on their pool (aux_passes_fit, on the latest step's samples there
         and the demanding batches). RlsimError otherwise: RefusedBeforeTiming where no step was timed
         yet (the rollout phase; a batch's memory, each judged before any is timed: train_step_memory),
-        which a planner search charges as such. True where it timed a step (train_step_cost on a batch).
+        which a planner search charges as such. Returns the train_step_cost queries it timed (one a batch,
+        and each update an aux pool runs on each of its batches; 0 before any batch trained), which a
+        planner search charges each as a timed evaluation (autoplan._accepted_first).
         Judged on the latest batch and on the trained batches of the longest sample and of the
         heaviest micro-batch so far: StaleSync alternates typical batches with tail batches (the
         previous round's longest samples), so the batch after a re-plan may be the heavier kind."""
@@ -1145,10 +1147,13 @@ class LlmCosts:
             train_step_cost(self.model, micro, self.topology, self._accept_ranks(micro), lens,
                             packing=self._packing(), params=self.train_params, collectives=self.collectives,
                             source=self.source)
+        timed = len(steps)
         if self._aux_step is not None:   # an aux pool (fuse: actor) runs its passes under the layout too
             ranks, step = self._aux_step
-            self.candidate_costs(layout_map).aux_passes_fit(ranks, step, self._demanding_batches() or [step])
-        return bool(steps)
+            batches = self._demanding_batches() or [step]
+            self.candidate_costs(layout_map).aux_passes_fit(ranks, step, batches)
+            timed += len(batches) * sum(kind == TRAIN for kind, _ in aux_pool_passes(self.scenario))   # its updates
+        return timed
 
     def candidate_costs(self, layout_map: Mapping[str, Any]) -> LlmCosts:
         """Costs of this scenario under a candidate training layout (dp re-derived), apart from this

@@ -92,37 +92,54 @@ def _base(refuse: set[int]):
     return evaluate
 
 
-def test_the_schedules_check_charges_a_refusal_before_timing_as_such():
+def test_the_schedules_check_charges_a_refusal_before_timing_as_such_and_each_query_it_timed():
     """LlmCosts.accept_train_layout behind the evaluator: its refusals before timing a step (the rollout
     phase, a batch's memory) were charged as timed candidates (about 3,600 of the default scenario's
     widened re-plan's 3,944 evaluations). A refusal by the evaluator after the check timed the latest
-    batches is a timed candidate; one where the check timed nothing (no batch trained yet) is not."""
+    batches is a timed candidate; one where the check timed nothing (no batch trained yet) is not. Each
+    train_step_cost query the check timed is charged as a timed evaluation: a candidate whose check timed
+    k batches and whose step was timed costs (k + 1) x eval_cost_s (it was charged one)."""
     from simulator.autoplan import _accepted_first
 
     outcomes = {"early": 0, "late": 0, "after_timed": 0, "after_untimed": 0, "timed": 0}
+    queries = {"check": 0, "step": 0}   # the train_step_cost queries made, counted where they are made
 
-    def accept(layout: dict) -> bool:
+    def accept(layout: dict) -> int:
         if layout["tp"] == 1 and layout["zero"] == 0:
             outcomes["early"] += 1
             raise RefusedBeforeTiming("the rollout phase needs more", field="gpu_memory_utilization")
         if layout["tp"] == 1:
             outcomes["late"] += 1
             raise RlsimError("an aux pass does not fit", field="train_layout")
-        timed = layout["micro_batch"] == 1   # the fake times the latest batches only at micro-batch 1
+        # the fake times the latest batches only at micro-batch 1: three of them at tp 4, two elsewhere
+        timed = (3 if layout["tp"] == 4 else 2) if layout["micro_batch"] == 1 else 0
+        queries["check"] += timed
         if layout["tp"] == 8:
             outcomes["after_timed" if timed else "after_untimed"] += 1
         else:
             outcomes["timed"] += 1
         return timed
 
+    base = _base({8})
+
+    def step(c, ranks) -> Evaluation:
+        out = base(c, ranks)
+        queries["step"] += 1
+        return out
+    step.micro_batch_counts = None
     plan = plan_training(FakeModel(), TOPO, 128, 4096, space=SPACE, params=PARAMS,
-                         evaluator=_accepted_first(_base({8}), accept))
+                         evaluator=_accepted_first(step, accept))
     naive_same = plan.evaluated - sum(outcomes.values())   # counted as the search counts them, not called
-    assert all(outcomes.values())
+    assert all(outcomes.values()) and naive_same > 0
     early = outcomes["early"] + outcomes["after_untimed"]
     assert plan.refused_before_timing == early
-    assert plan.planning_cost_s == pytest.approx(_charge(plan.evaluated - early, early))
-    assert plan.evaluated - early == outcomes["late"] + outcomes["after_timed"] + outcomes["timed"] + naive_same
+    assert queries["step"] == outcomes["timed"]
+    # every query made, a refusal raised after the check (its queries unknown) and a naive placement the
+    # search did not evaluate again as one each, as the search charged them
+    charged = queries["check"] + queries["step"] + outcomes["late"] + naive_same
+    assert plan.planning_cost_s == pytest.approx(_charge(charged, early))
+    assert charged > plan.evaluated - early   # one a candidate undercharged it
+    assert plan.checks_timed == queries["check"] - outcomes["after_timed"]   # their first: the timed candidate
 
 
 def test_the_first_try_with_room_is_charged_when_the_retry_runs(monkeypatch):
@@ -175,16 +192,43 @@ def test_accept_train_layout_refuses_before_timing_where_it_times_nothing(monkey
 
     costs = costs_of()
     fits = {"tp": 1, "pp": 1, "dp": 32, "zero": 1, "recompute": "full", "micro_batch": 1}
-    assert costs.accept_train_layout(fits) is False and not timed   # no batch trained yet
+    assert costs.accept_train_layout(fits) == 0 and not timed   # no batch trained yet
     costs.train("actor", np.full(128, 8192), list(range(32)))
     timed.clear()
     with pytest.raises(RefusedBeforeTiming, match="does not fit in device memory"):
         costs.accept_train_layout({**fits, "recompute": "none", "micro_batch": 8})
     assert not timed
-    assert costs.accept_train_layout(fits) is True and timed
+    assert costs.accept_train_layout(fits) == len(timed) == 1   # the one batch trained: one query
+    costs.train("actor", np.full(128, 2048), list(range(32)))   # a second, of shorter samples
+    timed.clear()
+    assert costs.accept_train_layout(fits) == len(timed) == 2   # the latest and the longest sample's
     resident = costs_of("schedule.switch.offload_optimizer=false", "workload.rollout_layout.gpu_memory_utilization=0.9")
     resident.train("actor", np.full(128, 8192), list(range(32)))
     timed.clear()
     with pytest.raises(RefusedBeforeTiming, match="the rollout phase needs"):
         resident.accept_train_layout({**fits, "zero": 0})
     assert not timed
+
+
+def test_accept_train_layout_counts_the_aux_pools_updates_it_timed(monkeypatch):
+    """fuse: actor: the check times a PPO critic's update on the aux pool under the candidate layout too
+    (aux_passes_fit): each a train_step_cost query, counted in what it returns as the batches are."""
+    import simulator.rl.llm_costs as llm_costs
+    from simulator.hardware.topology import load_topology
+    from simulator.scenario import load_scenario
+
+    workload = {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 32, "mini_batch_prompts": 32, "samples_per_prompt": 4,
+                "algorithm": "ppo"}
+    topo = {"preset": "dgx-h100", "nodes": 4}
+    sc = load_scenario(None, workload=workload, topology=topo, schedule="colocated",
+                       overrides=["schedule.failures=[{at_s: 150, fail: 'node:1'}]", "schedule.fuse=actor",
+                                  "schedule.aux_fraction=0.25"])
+    timed: list = []
+    real = llm_costs.train_step_cost
+    monkeypatch.setattr(llm_costs, "train_step_cost", lambda *a, **k: timed.append(a[1]) or real(*a, **k))
+    costs = llm_costs.LlmCosts(sc, load_topology(topo))
+    costs.train("actor", np.full(128, 4096), list(range(24)))
+    costs.forward("critic", np.full(128, 4096), list(range(24, 32)))   # the aux pool's passes: the step's samples
+    timed.clear()
+    fits = {"tp": 2, "pp": 1, "dp": 12, "zero": 1, "recompute": "full", "micro_batch": 1}
+    assert costs.accept_train_layout(fits) == len(timed) == 2   # the actor's batch, the critic's update

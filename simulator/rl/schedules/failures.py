@@ -36,11 +36,12 @@ class Replanner(Protocol):
     def ranks_of(self, spec: str) -> list[int]: ...
     # accept(layout): raises RlsimError for a training layout the pool cannot run (a colocated pool's
     # rollout phase must fit beside the resident training state; RefusedBeforeTiming where no step was
-    # timed yet), else true where it timed a step; the planner skips such layouts and charges the checks.
+    # timed yet), else the train_step_cost queries it timed (0 or None: none); the planner skips such
+    # layouts and charges the checks, each query timed as a timed evaluation.
     # usable(n, layout): the devices the pool runs on of n survivors under a candidate training
     # layout (whole rollout instances, folded experts)
     def on_failure(self, pool_ranks: list[int], failed: list[int], current: dict[str, Any],
-                   accept: Callable[[dict[str, Any]], bool | None] | None = None,
+                   accept: Callable[[dict[str, Any]], int | None] | None = None,
                    usable: Callable[[int, dict[str, Any] | None], int] | None = None) -> ReplanOutcome: ...
     # split pools: the rollout pool keeps its instance layout (TP, EP); the answer's survivors and cost count
     def on_rollout_failure(self, pool_ranks: list[int], failed: list[int],
