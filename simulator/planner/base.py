@@ -93,7 +93,8 @@ class PlannerParams(StrictModel):
     refine_top: int = Field(8, ge=0)
     # Modelled planning cost, counted in simulated time (wall clock would break determinism).
     # eval_cost_s: the seconds a candidate whose step is timed costs (a train_step_cost query; a rollout
-    # layout's simulate_rollout), and each further query a check times for it (a failure re-plan's). 5 ms is llm/training.py's target for one train_step_cost query (issue 7:
+    # layout's simulate_rollout), and each further query a check times for it (a failure re-plan's).
+    # 5 ms is llm/training.py's target for one train_step_cost query (issue 7:
     # 1,000 queries <= 10 s), a budget, not a measurement. `python benchmarks/bench_planner.py` (section 4)
     # prints what a timed evaluation takes on the machine it runs on: 4.0-5.0 ms for the default scenario's
     # `layout: auto` search, 2.0 ms for grpo-qwen2.5-7b on one DGX H100 node (--quick), on the project's
