@@ -51,7 +51,6 @@ from .planner import (
 from .planner.base import NoLayoutFits
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
-from .planner.search import EXTRA_QUERIES_ATTR
 from .rl.packing import heaviest_micro_batch, micro_batch_order, pack_width, samples_per_micro_batch
 from .rl.pools import aux_devices_with_room, requested_rollout_devices, served_devices
 from .rl.schedules.batches import draw_lengths
@@ -665,30 +664,32 @@ def colocated_engine_share(sc: Scenario, topology: Any, model: ModelSpec, train_
     return min(wanted, free)
 
 
-def _accepted_first(base: TrainingEvaluator, accept: Callable[[dict[str, Any]], int | None]
-                    ) -> Callable[[TrainChoice, list[int]], Evaluation]:
+class _AcceptedFirst:
     """``base`` behind the schedule's own check of a candidate (LlmCosts.accept_train_layout), which
     refuses as a memory miss does: RefusedBeforeTiming where it refused before timing a step (the
     rollout phase, the latest batches' memory), charged so. The train_step_cost queries the check
-    timed (it returns how many: up to three batches) are charged beside ``base``'s step, each as a
-    timed evaluation (the search reads them from EXTRA_QUERIES_ATTR): a candidate that timed k batches
-    and the step costs (k + 1) x eval_cost_s (it was charged one: 19.5 ms measured against 5 ms). A
-    refusal by ``base`` before timing after the check timed k > 0 is charged as the k queries (a timed
-    candidate and k - 1 beside it)."""
-    def evaluator(c: TrainChoice, ranks: list[int]) -> Evaluation:
-        timed = beside = accept(c.as_dict()) or 0   # closed-form costs time nothing (None)
+    timed (it returns how many: up to three batches) are counted in ``checks_timed`` beside ``base``'s
+    step, and a search charges each as a timed evaluation (search._Work): a candidate that timed k
+    batches and the step costs (k + 1) x eval_cost_s (it was charged one: 19.5 ms measured against
+    5 ms). A refusal by ``base`` before timing after the check timed k > 0 is charged as the k queries
+    (a timed candidate and k - 1 beside it)."""
+
+    def __init__(self, base: TrainingEvaluator, accept: Callable[[dict[str, Any]], int | None]) -> None:
+        self.base, self.accept = base, accept
+        self.checks_timed = 0
+        self.micro_batch_counts = base.micro_batch_counts   # the search judges interleaving on them
+
+    def __call__(self, c: TrainChoice, ranks: list[int]) -> Evaluation:
+        timed = beside = self.accept(c.as_dict()) or 0   # closed-form costs time nothing (None)
         try:
-            return base(c, ranks)
+            return self.base(c, ranks)
         except RefusedBeforeTiming as exc:
             if not timed:
                 raise
             beside = timed - 1   # charged as a timed candidate: the check's other queries beside it
             raise exc.as_timed() from None
         finally:
-            setattr(evaluator, EXTRA_QUERIES_ATTR, getattr(evaluator, EXTRA_QUERIES_ATTR) + beside)
-    setattr(evaluator, EXTRA_QUERIES_ATTR, 0)
-    evaluator.micro_batch_counts = base.micro_batch_counts   # the search judges interleaving on them
-    return evaluator
+            self.checks_timed += beside
 
 
 class PlannerReplanner:
@@ -726,7 +727,7 @@ class PlannerReplanner:
                                               step_sequences=step_sequences_of(self.sc, row),
                                               micro_batch_counts=micro_batch_counts_of(self.sc, row),
                                               packing=step_packing(self.sc))
-        evaluator = _accepted_first(base, accept) if accept is not None else base
+        evaluator = _AcceptedFirst(base, accept) if accept is not None else base
         wide = train_space(self.settings.space, self.sc.workload.train_software, self.sc.planner, packed_step=True,
                            model=self.model, scenario=self.sc)
         kept = None if usable is None or self.sc.schedule.effective_placement != "colocated" \

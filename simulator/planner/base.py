@@ -112,7 +112,7 @@ class PlannerParams(StrictModel):
     # measured 0.040 of its timed evaluations (0.77 ms against 19.5 ms: the default scenario losing node 3
     # at 1,200 s, timed around the search's evaluator calls on the project's 2-core VM); a timed one there
     # makes up to four train_step_cost queries (the schedule's check times up to three latest batches, then
-    # the step) and is charged eval_cost_s each (search.EXTRA_QUERIES_ATTR), against which a refusal's
+    # the step) and is charged eval_cost_s each (an evaluator's checks_timed, search._Work), against which a refusal's
     # 0.77 ms is about 0.15 of a query's 5 ms: the re-plan's refusals are charged less than measured.
     refused_cost_fraction: float = Field(0.05, ge=0)
     fixed_cost_s: float = Field(0.0, ge=0)  # the search has no fixed part; restarting a job is RecoveryParams.restart_s

@@ -31,11 +31,6 @@ _RECOMPUTE_ORDER = ("none", "selective", "full")  # least recomputation (fastest
 
 
 Evaluator = Callable[[TrainChoice, Sequence[int]], Evaluation]
-# An evaluator may count in this attribute (a running total) the train_step_cost queries its own checks
-# time beside the step a timed evaluation is charged for: a failure re-plan's schedule check times the
-# latest batches before the evaluator times the step (autoplan._accepted_first). A search charges each
-# eval_cost_s, as it charges a timed evaluation (PlannerParams.search_cost_s).
-EXTRA_QUERIES_ATTR = "checks_timed"
 
 
 class SearchSpace(StrictModel):
@@ -165,7 +160,7 @@ class TrainPlan:
     # of the evaluations, those the evaluator refused before timing a step (RefusedBeforeTiming)
     refused_before_timing: int = 0
     # the train_step_cost queries the evaluator's own checks timed beside its evaluations (a failure
-    # re-plan's schedule check: EXTRA_QUERIES_ATTR), each charged as a timed evaluation is
+    # re-plan's schedule check: an evaluator's ``checks_timed``), each charged as a timed evaluation is
     checks_timed: int = 0
     # every candidate that fitted as the first pass timed it (its first aware placement), best first,
     # and the leaders refined, by layout: what rerank_training ranks again without searching again
@@ -478,11 +473,19 @@ def rerank_training(plan: TrainPlan, keep: Callable[[TrainChoice], bool], topolo
     return out
 
 
+def _checks_timed(evaluator: Evaluator) -> int:
+    """The train_step_cost queries an evaluator's own checks timed so far beside the steps it is charged
+    for (a running total in its ``checks_timed``: a failure re-plan's schedule check times the latest
+    batches before the evaluator times the step, autoplan._AcceptedFirst); 0 for one without checks.
+    A search charges each eval_cost_s, as a timed evaluation (PlannerParams.search_cost_s)."""
+    return getattr(evaluator, "checks_timed", 0)
+
+
 @dataclass
 class _Work:
     """What a search evaluates on (the topology, its ranks, the evaluator, the step's tokens) and the
     evaluations it made: timed, and refused before timing (RefusedBeforeTiming); ``checks_timed``: the
-    train_step_cost queries the evaluator's own checks timed beside them (EXTRA_QUERIES_ATTR)."""
+    train_step_cost queries the evaluator's own checks timed beside them (its ``checks_timed``)."""
 
     topology: Any
     ranks: Sequence[int]
@@ -501,14 +504,14 @@ class _Work:
     def evaluate(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:
         """The evaluator's answer, counted (a refusal before timing as such, and the queries its checks timed)."""
         self.evaluated += 1
-        before = getattr(self.evaluator, EXTRA_QUERIES_ATTR, 0)
+        before = _checks_timed(self.evaluator)
         try:
             return self.evaluator(c, ranks)
         except RefusedBeforeTiming:
             self.refused_early += 1
             raise
         finally:
-            self.checks_timed += getattr(self.evaluator, EXTRA_QUERIES_ATTR, 0) - before
+            self.checks_timed += _checks_timed(self.evaluator) - before
 
     def candidate(self, c: TrainChoice, placement: Placement, ev: Evaluation) -> TrainCandidate:
         return TrainCandidate(c, placement, ev, devices=len(self.ranks), tokens_per_s=self.tokens / ev.step_time_s)

@@ -1129,7 +1129,7 @@ class LlmCosts:
         yet (the rollout phase; a batch's memory, each judged before any is timed: train_step_memory),
         which a planner search charges as such. Returns the train_step_cost queries it timed (one a batch,
         and each update an aux pool runs on each of its batches; 0 before any batch trained), which a
-        planner search charges each as a timed evaluation (autoplan._accepted_first).
+        planner search charges each as a timed evaluation (autoplan._AcceptedFirst).
         Judged on the latest batch and on the trained batches of the longest sample and of the
         heaviest micro-batch so far: StaleSync alternates typical batches with tail batches (the
         previous round's longest samples), so the batch after a re-plan may be the heavier kind."""

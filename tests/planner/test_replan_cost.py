@@ -99,7 +99,7 @@ def test_the_schedules_check_charges_a_refusal_before_timing_as_such_and_each_qu
     batches is a timed candidate; one where the check timed nothing (no batch trained yet) is not. Each
     train_step_cost query the check timed is charged as a timed evaluation: a candidate whose check timed
     k batches and whose step was timed costs (k + 1) x eval_cost_s (it was charged one)."""
-    from simulator.autoplan import _accepted_first
+    from simulator.autoplan import _AcceptedFirst
 
     outcomes = {"early": 0, "late": 0, "after_timed": 0, "after_untimed": 0, "timed": 0}
     queries = {"check": 0, "step": 0}   # the train_step_cost queries made, counted where they are made
@@ -128,7 +128,7 @@ def test_the_schedules_check_charges_a_refusal_before_timing_as_such_and_each_qu
         return out
     step.micro_batch_counts = None
     plan = plan_training(FakeModel(), TOPO, 128, 4096, space=SPACE, params=PARAMS,
-                         evaluator=_accepted_first(step, accept))
+                         evaluator=_AcceptedFirst(step, accept))
     naive_same = plan.evaluated - sum(outcomes.values())   # counted as the search counts them, not called
     assert all(outcomes.values()) and naive_same > 0
     early = outcomes["early"] + outcomes["after_untimed"]
