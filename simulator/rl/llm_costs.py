@@ -588,6 +588,9 @@ class LlmCosts:
         self._trained: list[tuple[float, np.ndarray]] = []
         self._demanding: list[np.ndarray] = []
         self._demanding_for = 0            # len(_trained) when _demanding was picked
+        # a re-plan's candidates share the demanding batches' micro-batching per (batch, rows, dp): by
+        # the batch's id, the batch kept beside it (its identity checked); emptied when they are re-picked
+        self._demanding_orders: dict[tuple[int, int, int], tuple[np.ndarray, int, np.ndarray]] = {}
         self._last_train_ranks: tuple[int, ...] | None = None   # the pool it trained on
         self._auto_layouts, self._aux_step, self._candidate_costs = auto_layouts, None, None   # (class attributes)
 
@@ -1106,7 +1109,22 @@ class LlmCosts:
                 if not any(batch is b for b in picked):
                     picked.append(batch)
             self._demanding, self._demanding_for = picked, len(self._trained)
+            self._demanding_orders.clear()
         return self._demanding
+
+    def _demanding_micro_batched(self, lay: TrainLayout, batch: np.ndarray) -> tuple[TrainLayout, np.ndarray]:
+        """_micro_batched_as(lay, batch) for one of the demanding batches, its token balancing
+        (micro_batch_permutation: the same for every candidate of a (rows, dp)) computed once per
+        (batch, rows, dp) in this object; the ordered samples are read-only (shared by candidates)."""
+        key = (id(batch), lay.micro_batch, lay.dp or 1)
+        hit = self._demanding_orders.get(key)
+        if hit is None or hit[0] is not batch:
+            micro, ordered = self._micro_batched_as(lay, batch)
+            ordered = ordered.view()
+            ordered.flags.writeable = False
+            hit = self._demanding_orders[key] = (batch, micro.micro_batch, ordered)
+        _, samples, ordered = hit
+        return (lay if samples == lay.micro_batch else dataclasses.replace(lay, micro_batch=samples)), ordered
 
     def _heaviest_micro_batch_tokens(self, n_devices: int, lens: np.ndarray) -> float:
         """Tokens of the largest micro-batch of ``lens`` as trained on ``n_devices``."""
@@ -1138,7 +1156,7 @@ class LlmCosts:
         try:
             self.rollout_phase_bytes(lay)
             for batch in self._demanding_batches():
-                steps.append(self._micro_batched_as(lay, batch))
+                steps.append(self._demanding_micro_batched(lay, batch))
                 train_step_memory(self.model, steps[-1][0], self.topology, self._accept_ranks(steps[-1][0]),
                                   steps[-1][1], packing=self._packing(), params=self.train_params, source=self.source)
         except RlsimError as exc:

@@ -7,6 +7,7 @@ import pytest
 from simulator import params
 from simulator.errors import RlsimError
 from simulator.hardware.topology import load_topology
+from simulator.llm.train_layout import TrainLayout
 from simulator.rl.llm_costs import LlmCosts
 from simulator.scenario import load_scenario
 
@@ -828,3 +829,44 @@ def test_the_training_step_gives_every_mini_batch_the_step_batchs_longest(monkey
                                                 "workload.prompts_per_step=16", "workload.mini_batch_prompts=8"])
     simulator.simulate(sc, keep_samples=False)
     assert len(seen) == 2 and all(width is None for _, width in seen)
+
+
+def test_a_replan_balances_each_demanding_batch_once_per_rows_and_dp_in_its_own_costs(monkeypatch):
+    """accept_train_layout's candidates share a demanding batch's token balancing per (batch, rows, dp)
+    (a re-plan's memory refusals re-balanced it for each: ~0.7 of their 1.3-1.6 ms): the same layout and
+    order as computed afresh, read-only, per LlmCosts object (no state across runs), re-picked batches
+    balanced again."""
+    import simulator.rl.llm_costs as llm_costs
+    calls: list = []
+    real = llm_costs.micro_batch_permutation
+    monkeypatch.setattr(llm_costs, "micro_batch_permutation", lambda *a: calls.append(a[2:4]) or real(*a))
+    workload = {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 32, "mini_batch_prompts": 32, "samples_per_prompt": 4}
+    topo = {"preset": "dgx-h100", "nodes": 4}
+
+    def costs_of():
+        sc = load_scenario(None, workload=workload, topology=topo, schedule="colocated",
+                           overrides=["schedule.failures=[{at_s: 150, fail: 'node:1'}]"])
+        return LlmCosts(sc, load_topology(topo))
+
+    lens = np.random.default_rng(0).integers(500, 8000, 128)
+    costs, fresh = costs_of(), costs_of()
+    assert costs.balanced
+    costs.train("actor", lens, list(range(32)))
+    calls.clear()
+    fits = {"tp": 1, "pp": 1, "dp": 32, "zero": 1, "recompute": "full", "micro_batch": 2}
+    assert costs.accept_train_layout(fits) is True
+    assert calls == [(2, 32)]   # one demanding batch: balanced once
+    for recompute in ("selective", "none"):   # the same rows and dp: not again (memory refuses these)
+        with pytest.raises(RlsimError, match="does not fit in device memory"):
+            costs.accept_train_layout({**fits, "recompute": recompute})
+    assert calls == [(2, 32)]
+    lay = TrainLayout.from_mapping(fits)
+    micro, ordered = costs._demanding_micro_batched(lay, lens)
+    expected_micro, expected = fresh._micro_batched_as(lay, lens)   # computed afresh, by another object
+    assert micro == expected_micro and np.array_equal(ordered, expected) and not ordered.flags.writeable
+    assert not np.array_equal(ordered, lens)   # balancing reordered them
+    assert calls == [(2, 32), (2, 32)]
+    assert costs.accept_train_layout({**fits, "dp": 16, "tp": 2}) is True   # another dp: balanced for it
+    assert calls[-1] == (2, 16) and len(calls) == 3
+    costs.train("actor", lens[::-1].copy(), list(range(32)))   # a new latest batch: the demanding ones re-picked
+    assert len(costs._demanding_batches()) == 2 and costs._demanding_orders == {}
