@@ -122,13 +122,16 @@ class TrainingEvaluator:
                              field="schedule.kind",
                              fix="a smaller tp x cp x pp (or expert fold); or kind: colocated")
         aux = self.pools_check(layout, len(ranks)) if self.pools_check is not None else None
+        hbm = None   # the pool's smallest HBM (as train_step_cost), found once for both checks
         if self.rollout_phase is not None:   # the run refuses it whatever check_memory says
-            self.rollout_phase(layout, min(k.hbm_bytes for k in pool_devices(self.topology, ranks)))
+            hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))
+            self.rollout_phase(layout, hbm)
         if not self.params.check_memory:
             return None, aux
         # The same memory check train_step_cost makes first (equal sequences: the longest is
         # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
-        hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))  # as train_step_cost
+        if hbm is None:
+            hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))
         return max(self._check_memory(c, layout if dp == layout.dp else dataclasses.replace(layout, dp=dp), hbm)
                    for dp in self._memory_dps(layout, c.dp, also)), aux   # (the candidate's own dp: its layout as is)
 

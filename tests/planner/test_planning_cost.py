@@ -147,3 +147,28 @@ def test_the_training_evaluator_refuses_before_timing_on_memory():
         ev(unfit, list(range(8)))
     fits = TrainChoice(tp=8, pp=1, vpp=1, dp=1, ep=1, cp=1, zero=0, recompute="full", micro_batch=1)
     assert ev(fits, list(range(8))).step_time_s > 0
+
+
+def test_the_training_evaluator_finds_the_pools_hbm_once_for_both_checks(monkeypatch):
+    """_judge reads the pool's smallest HBM once for the rollout phase's check and the memory check
+    (it scanned the ranks twice: ~15 of a refusal's ~250 us); both get that figure, and the memory
+    check alone (no rollout phase) still reads it."""
+    import simulator.planner.evaluate as evaluate
+    from simulator.hardware.topology import load_topology
+    from simulator.llm.architecture import load_model
+    from simulator.planner.base import TrainChoice
+
+    scans: list = []
+    real = evaluate.pool_devices
+    monkeypatch.setattr(evaluate, "pool_devices", lambda topo, ranks: scans.append(1) or real(topo, ranks))
+    topo, model = load_topology("dgx-h100", {"nodes": 1}), load_model("llama3.1-8b")
+    seen: list = []
+    ev = evaluate.TrainingEvaluator(model, topo, 64, 4096, rollout_phase=lambda lay, hbm: seen.append(hbm))
+    unfit = TrainChoice(tp=1, pp=1, vpp=1, dp=8, ep=1, cp=1, zero=0, recompute="none", micro_batch=1)
+    with pytest.raises(RefusedBeforeTiming, match="does not fit in device memory"):
+        ev(unfit, list(range(8)))
+    assert seen == [topo.device_spec(0).hbm_bytes] and len(scans) == 1
+    scans.clear()
+    with pytest.raises(RefusedBeforeTiming, match="does not fit in device memory"):
+        evaluate.TrainingEvaluator(model, topo, 64, 4096)(unfit, list(range(8)))
+    assert len(scans) == 1
