@@ -110,10 +110,12 @@ class PlannerParams(StrictModel):
     # time faster. Rounded to the default scenario's. A failure re-plan's refusals before timing (the
     # schedule's own check too, LlmCosts.accept_train_layout: the rollout phase, the latest batches' memory)
     # measured 0.040 of its timed evaluations (0.77 ms against 19.5 ms: the default scenario losing node 3
-    # at 1,200 s, timed around the search's evaluator calls on the project's 2-core VM); a timed one there
-    # makes up to four train_step_cost queries (the schedule's check times up to three latest batches, then
-    # the step) and is charged eval_cost_s each (an evaluator's checks_timed, search._Work), against which a refusal's
-    # 0.77 ms is about 0.15 of a query's 5 ms: the re-plan's refusals are charged less than measured.
+    # at 1,200 s, timed around the search's evaluator calls on the project's 2-core VM); 0.020 (0.31-0.34 ms
+    # against 16.4 ms, machine-speed reference 5.9-6.6 ms) since LlmCosts balances each demanding batch once per
+    # (rows, dp) (it was 0.52-0.62 ms in the same runs before: the memory refusals 1.2-1.6 ms, now 0.5-0.9).
+    # A timed one there makes up to four train_step_cost queries (the schedule's check times up to three
+    # latest batches, then the step) and is charged eval_cost_s each (an evaluator's checks_timed,
+    # search._Work), against which a refusal's ~0.33 ms is about 0.07 of a query's 5 ms.
     refused_cost_fraction: float = Field(0.05, ge=0)
     fixed_cost_s: float = Field(0.0, ge=0)  # the search has no fixed part; restarting a job is RecoveryParams.restart_s
 
