@@ -510,6 +510,11 @@ class LlmCosts:
     # candidate layout without touching this run's (candidate_costs: built once, when first asked)
     _aux_step: tuple[tuple[int, ...], np.ndarray] | None
     _candidate_costs: LlmCosts | None
+    # a failure re-plan's demanding batches (_demanding_batches), and their micro-batching that its
+    # candidates share per (batch, rows, dp): by the batch's id, the batch kept beside it (its identity
+    # checked), emptied when they are re-picked (_demanding_micro_batched)
+    _demanding: list[np.ndarray]
+    _demanding_orders: dict[tuple[int, int, int], tuple[np.ndarray, int, np.ndarray]]
 
     def __init__(self, scenario: Scenario, topology: Any, auto_layouts: dict[str, dict[str, Any]] | None = None,
                  base: ModelSpec | None = None):
@@ -586,11 +591,8 @@ class LlmCosts:
         # every trained actor batch with its heaviest micro-batch's tokens as trained (under the layout
         # of then: a later one cannot resolve an earlier pool's size), for a re-plan; failure runs only
         self._trained: list[tuple[float, np.ndarray]] = []
-        self._demanding: list[np.ndarray] = []
+        self._demanding, self._demanding_orders = [], {}   # (class attributes)
         self._demanding_for = 0            # len(_trained) when _demanding was picked
-        # a re-plan's candidates share the demanding batches' micro-batching per (batch, rows, dp): by
-        # the batch's id, the batch kept beside it (its identity checked); emptied when they are re-picked
-        self._demanding_orders: dict[tuple[int, int, int], tuple[np.ndarray, int, np.ndarray]] = {}
         self._last_train_ranks: tuple[int, ...] | None = None   # the pool it trained on
         self._auto_layouts, self._aux_step, self._candidate_costs = auto_layouts, None, None   # (class attributes)
 
