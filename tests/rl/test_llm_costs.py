@@ -854,8 +854,8 @@ def test_a_replan_balances_each_demanding_batch_once_per_rows_and_dp_in_its_own_
     costs.train("actor", lens, list(range(32)))
     calls.clear()
     fits = {"tp": 1, "pp": 1, "dp": 32, "zero": 1, "recompute": "full", "micro_batch": 2}
-    assert costs.accept_train_layout(fits) is True
-    assert calls == [(2, 32)]   # one demanding batch: balanced once
+    assert costs.accept_train_layout(fits) == 1   # one demanding batch timed
+    assert calls == [(2, 32)]   # and balanced once
     for recompute in ("selective", "none"):   # the same rows and dp: not again (memory refuses these)
         with pytest.raises(RlsimError, match="does not fit in device memory"):
             costs.accept_train_layout({**fits, "recompute": recompute})
@@ -866,7 +866,7 @@ def test_a_replan_balances_each_demanding_batch_once_per_rows_and_dp_in_its_own_
     assert micro == expected_micro and np.array_equal(ordered, expected) and not ordered.flags.writeable
     assert not np.array_equal(ordered, lens)   # balancing reordered them
     assert calls == [(2, 32), (2, 32)]
-    assert costs.accept_train_layout({**fits, "dp": 16, "tp": 2}) is True   # another dp: balanced for it
+    assert costs.accept_train_layout({**fits, "dp": 16, "tp": 2}) == 1   # another dp: balanced for it
     assert calls[-1] == (2, 16) and len(calls) == 3
     costs.train("actor", lens[::-1].copy(), list(range(32)))   # a new latest batch: the demanding ones re-picked
     assert len(costs._demanding_batches()) == 2 and costs._demanding_orders == {}
