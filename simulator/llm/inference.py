@@ -1021,11 +1021,14 @@ class RolloutEngine:
         self._S = 0                    # decode steps taken
         self._n = 0                    # running sequences
         self._K = 0                    # KV tokens held by them (their contexts: what a step reads)
-        # prefix-cache sharing (_share): a running slot of a sharing set -> the set's first slot, each
-        # set's running members, and the tokens of _K in pages another member holds (the pool's
-        # slots in use are _K - _shared)
+        # prefix-cache sharing (_share): a running slot of a sharing set -> the set's key (its prompt's
+        # group id), each set's running members, and the tokens of _K in pages another member holds
+        # (the pool's slots in use are _K - _shared)
         self._share_of: dict[int, int] = {}
         self._share_sets: dict[int, list[int]] = {}
+        # per set: its members' cached tokens (prompt but its last token) summed, their largest and how
+        # many hold it (_set_shared in O(1): a group's samples share one prompt length)
+        self._share_cached: dict[int, list[int]] = {}
         self._shared = 0
         self._heap: list[tuple[int, int, int, int]] = []   # (finish step, order, slot, epoch)
         self._stack: list[tuple[int, int]] = []            # (slot, epoch) in admission order
@@ -1268,6 +1271,7 @@ class RolloutEngine:
         self._n = self._K = self._shared = 0
         self._share_of.clear()
         self._share_sets.clear()
+        self._share_cached.clear()
         self.t = now
         self._prefill = None
         self._phase_steps = 0
@@ -1290,6 +1294,7 @@ class RolloutEngine:
         for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack", "_kept", "_share_of"):
             setattr(new, name, getattr(self, name).copy())
         new._share_sets = {key: members.copy() for key, members in self._share_sets.items()}
+        new._share_cached = {key: cached.copy() for key, cached in self._share_cached.items()}
         if self._caps is not None:
             new._caps = self._caps.copy()
         new._waiting = deque(self._waiting)
@@ -1745,7 +1750,7 @@ class RolloutEngine:
             members = sets.get(key) if key is not None and sets else None
             # the slots it takes: its tokens and the one its prefill yields, less the prompt's pages a
             # running member of its group holds (admitted in this step or an earlier one: _share)
-            new = ctx + 1 - (self._share_gain(slot, members) if members else 0)
+            new = ctx + 1 - (self._share_gain(slot, key) if members else 0)
             if held + new + seq_kv * (n + 1) > cap or arrival[slot] > now:  # room for it and one more step
                 break
             if reserve:
@@ -1791,40 +1796,58 @@ class RolloutEngine:
         (_set_shared). A limit: pages whose last member left are taken as gone (vLLM keeps a freed
         block's hash until the pool reuses it, so a sample admitted after the others finished may
         still hit: not modelled, docs/cost-models-inference.md "Prefix caching")."""
+        cached = self._p[slot] - 1
         members = self._share_sets.get(key)
         if members is None:
-            members = self._share_sets[key] = []
+            self._share_sets[key] = [slot]
+            self._share_cached[key] = [cached, cached, 1]
         else:
-            self._shared += self._share_gain(slot, members)
-        members.append(slot)
+            self._shared += self._share_gain(slot, key)
+            members.append(slot)
+            stats = self._share_cached[key]
+            stats[0] += cached
+            if cached > stats[1]:
+                stats[1], stats[2] = cached, 1
+            elif cached == stats[1]:
+                stats[2] += 1
         self._share_of[slot] = key
 
-    def _share_gain(self, slot: int, members: list[int]) -> int:
-        """The tokens ``slot`` would hold in pages of the running ``members`` (_set_shared's rise)."""
-        return self._set_shared([*members, slot]) - self._set_shared(members)
+    def _share_gain(self, slot: int, key: int) -> int:
+        """The tokens ``slot`` would hold in pages of the running members of set ``key`` (_set_shared's
+        rise: the sum rises by its cached tokens c, the largest to max(largest, c), so min(c, largest))."""
+        return min(self._p[slot] - 1, self._share_cached[key][1])
 
     def _hit_gain(self, slot: int) -> int:
         """The pool slots a waiting ``slot`` would take fewer on admission: the prompt's pages a
         running member of its group holds (_admit), 0 without one."""
-        members = self._share_sets.get(self._group[slot]) if self._share_sets else None
-        return self._share_gain(slot, members) if members else 0
+        key = self._group[slot]
+        return self._share_gain(slot, key) if self._share_sets and key in self._share_sets else 0
 
-    def _set_shared(self, members: list[int]) -> int:
+    def _set_shared(self, key: int) -> int:
         """Tokens a sharing set's members hold in each other's pages: each one's prompt but its last
         token (a hit leaves it to compute), the longest once (the set's prompt: a prompt's samples)."""
-        cached = [self._p[slot] - 1 for slot in members]
-        return sum(cached) - max(cached) if cached else 0
+        stats = self._share_cached.get(key)
+        return stats[0] - stats[1] if stats else 0
 
     def _unshare(self, slot: int) -> None:
         """A running ``slot`` of a sharing set leaves (finished, preempted, retracted): the prompt's
         pages stay while another member runs; the set goes with its last member."""
         key = self._share_of.pop(slot)
         members = self._share_sets[key]
-        before = self._set_shared(members)
+        before = self._set_shared(key)
         members.remove(slot)
-        self._shared += self._set_shared(members) - before
         if not members:
-            del self._share_sets[key]
+            del self._share_sets[key], self._share_cached[key]
+        else:
+            stats, cached = self._share_cached[key], self._p[slot] - 1
+            stats[0] -= cached
+            if cached == stats[1]:
+                stats[2] -= 1
+                if not stats[2]:   # the last of the longest left: the next longest
+                    held = [self._p[other] - 1 for other in members]
+                    stats[1] = max(held)
+                    stats[2] = held.count(stats[1])
+        self._shared += self._set_shared(key) - before
 
     def _prefill_time(self, pieces: list[tuple[int, float]], riders: int, kv_after: int) -> tuple[float, int]:
         """(duration, decode steps the running sequences make meanwhile) of prefilling `pieces`.
@@ -2157,7 +2180,7 @@ def fast_runs(engines: list[RolloutEngine], outbox: bool = True) -> list[_RunTra
         engine._waiting.clear()
         engine._heap = []
         engine._n, engine._K, engine._S = 0, trace.K_end, trace.S_end
-        engine._share_of, engine._share_sets, engine._shared = {}, {}, 0
+        engine._share_of, engine._share_sets, engine._share_cached, engine._shared = {}, {}, {}, 0
         engine._event = engine._lines = None
     return traces
 

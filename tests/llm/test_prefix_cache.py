@@ -141,6 +141,24 @@ def test_a_preempted_sample_readmitted_beside_its_group_hits_its_prompt():
     assert [s for s, _ in done] == [0, 1, 2]
 
 
+def test_the_shared_pages_of_a_group_of_mixed_prompt_lengths_follow_the_longest():
+    """Members of a group with different prompts (resumed samples re-prompted with their tokens): the
+    running members' tokens in each other's pages are each one's prompt but its last token, the longest
+    once (_set_shared, kept as a running sum, largest and its count); checked against that sum at every
+    event while the longest members leave first and last."""
+    prompts, responses = [300, 120, 300, 50, 120, 80], [40, 5, 90, 60, 7, 200]
+    engine = RolloutEngine(QWEN, DEVICE, RolloutLayout(max_num_seqs=4), InferenceParams(enable_prefix_caching=True))
+    engine.add_many(range(len(prompts)), prompts, responses, 0.0, group_ids=[7] * len(prompts))
+    seen = set()
+    while (at := engine.next_event_time()) != math.inf:
+        engine.advance_to(at)
+        cached = [prompts[s] - 1 for s in range(len(prompts)) if engine._state[s] == inference._RUNNING]
+        assert engine._shared == (sum(cached) - max(cached) if cached else 0)
+        seen.add(len(cached))
+    assert engine._shared == 0 and not engine._share_sets and not engine._share_cached
+    assert len(seen) > 2   # members came and went
+
+
 def _grouped(case: Case, spread: int) -> Case:
     """The case with its sequences' groups folded to ``spread`` prompts (a prompt's samples spread
     over several admissions when max_num_seqs is below the group)."""
