@@ -597,6 +597,15 @@ class MemoryParams(StrictModel):
         given = self.resident_weight_bytes_per_param
         return self.weight_bytes_per_param if given is None else given
 
+    @field_validator("zero3_reshard_after_forward", mode="before")
+    @classmethod
+    def _bool_or_unless_pipelined(cls, value: Any) -> Any:
+        """One message for a value neither a boolean nor "unless_pipelined" (the union's two said apart)."""
+        if isinstance(value, bool) or value == RESHARD_UNLESS_PIPELINED:
+            return value
+        raise ValueError(f"takes true, false or {RESHARD_UNLESS_PIPELINED!r} (reshard unless the layout has "
+                         "pipeline stages)")
+
     @field_validator("zero3_reshard_after_forward", mode="after")
     @classmethod
     def _prefetch_needs_resharding(cls, value: bool, info: ValidationInfo) -> bool:
