@@ -228,3 +228,16 @@ def test_validate_refuses_an_empty_case_and_a_distribution_value(capsys, argv, s
     assert main(["validate", *argv]) == 2
     assert says in capsys.readouterr().err
 
+
+
+def test_a_key_only_the_moe_rows_take_runs_them_and_leaves_the_dense_rows_unrun(capsys):
+    """The MoE token dispatcher: an MoE row predicts with it, a dense row could not run (named in the
+    warning); the check that a key is bad input (exit 2) tried the first row alone, the dense Llama, and
+    refused the key for every selection. A value no row takes still exits 2."""
+    key = "workload.train_params.comm.moe_token_dispatcher"
+    moe = "V6 nemo-rl qwen3-30b-a3b on-policy 32gpu step"
+    dense = "V6 nemo-rl llama3.1-8b on-policy 16gpu step"
+    got = _predicted(capsys, "--case", moe, "--case", dense, "--set", f"{key}=allgather")
+    assert got[moe] is not None and got[dense] is None
+    assert main(["validate", "--case", moe, "--set", f"{key}=flex"]) == 2
+    assert "'flex'" in capsys.readouterr().err
