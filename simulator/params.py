@@ -1483,6 +1483,10 @@ class TrainSoftware:
         return (f"pp={pp}: {self.name} runs no pipeline stages for {getattr(model, 'name', 'the model')}, whose "
                 f"output layer ties its input embedding (tie_word_embeddings): {self.tied_pipeline_refusal}")
 
+    def refuses_pipelines_for(self, model: Any) -> bool:
+        """Whether this stack runs no pipeline stages at all for `model` (refused_tied_pipeline at any pp > 1)."""
+        return self.refused_tied_pipeline({"pp": 2}, model) is not None
+
     def tied_pipeline_fix(self) -> str:
         """The fix of a layout refused_tied_pipeline refuses."""
         return f"set pp: 1 and vpp: 1, a model without tied embeddings, or {self.lacking_fix}"
@@ -1530,7 +1534,7 @@ class TrainSoftware:
         """The planner search-space fields this stack pins (`SearchSpace(**limits)`); with `model`, no
         pipeline where the stack refuses one for it (refused_tied_pipeline)."""
         out: dict[str, list] = {"recompute": list(self.recompute), "zero": list(self.zero)}
-        piped = self.pipeline_parallel and (model is None or not self.refused_tied_pipeline({"pp": 2}, model))
+        piped = self.pipeline_parallel and (model is None or not self.refuses_pipelines_for(model))
         for key, offered in (("tp", self.tensor_parallel), ("pp", piped), ("vpp", piped),
                              ("cp", self.context_parallel)):
             if not offered:

@@ -346,10 +346,10 @@ def pipeline_rule_model(scenario: Any, actor: ModelSpec) -> ModelSpec:
     pp > 1 would be refused."""
     w = scenario.workload
     stack = TRAIN_SOFTWARE[w.train_software]
-    if not w.critic_model or stack.refused_tied_pipeline({"pp": 2}, actor):
+    if not w.critic_model or stack.refuses_pipelines_for(actor):
         return actor
     critic = with_value_head(load_model(w.critic_model, field="workload.critic_model", source=scenario.source))
-    return critic if stack.refused_tied_pipeline({"pp": 2}, critic) else actor
+    return critic if stack.refuses_pipelines_for(critic) else actor
 
 
 def role_models(scenario: Any, base: ModelSpec | None = None) -> dict[str, ModelSpec]:
