@@ -465,9 +465,9 @@ def _consolidating(sc: Scenario, ranks: list[int], params: Any, evaluator: Any, 
     evaluated, and charged (it searched the whole space again: 176.1 s of the default scenario's 351.4 s
     of planning, where 24 evaluations are new: 0.12 s)."""
     room = room_beside_tail(sc)
-    if room is None or evaluator.layout(plan.best.choice).pool_unit <= room(len(ranks)):
+    space_left = None if room is None else room(len(ranks))
+    if space_left is None or evaluator.layout(plan.best.choice).pool_unit <= space_left:
         return None, 0.0
-    space_left = room(len(ranks))
     try:
         kept = rerank_training(plan, lambda c: evaluator.layout(c).pool_unit <= space_left, evaluator.topology, ranks,
                                evaluator, params=params, top=1)
