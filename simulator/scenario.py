@@ -134,6 +134,12 @@ class MultiTurnSpec(_Strict):
     # generation.max_new_tokens: each engine call's cap). None: none of its own (verl's agent loop
     # gives each turn what is left of response_length). A response needs ceil(tokens / cap) turns.
     max_turn_tokens: int | None = Field(None, gt=0)
+    # Whether a sample's context, cached while it is out on its tool (inference.enable_prefix_caching),
+    # can be evicted: true, the engine keeps a finished turn's pages as free-but-cached and the other
+    # sequences' pages evict them least recently freed first, its tail first, so the next turn
+    # re-prefills what went (vLLM v1 block_pool.py's free block queue; SGLang's radix cache LRU:
+    # RolloutEngine.keep_freed_contexts); false, the context always stays cached (no eviction).
+    cache_eviction: bool = True
 
     @model_validator(mode="after")
     def _the_task_is_given(self) -> "MultiTurnSpec":
@@ -638,6 +644,11 @@ class WorkloadConfig(_Strict):
                                   f"{turns.max_turn_tokens}: lower response_length.max, or raise max_turns or "
                                   "max_turn_tokens", "multi_turn.max_turns", "multi_turn.max_turn_tokens",
                                   at="response_length.max")
+        if turns is not None and "cache_eviction" in turns.model_fields_set and not self.inference.enable_prefix_caching:
+            raise CrossFieldError("workload.multi_turn.cache_eviction is about a context kept in the prefix cache, "
+                                  "but inference.enable_prefix_caching is false (every turn re-prefills its whole "
+                                  "context): drop cache_eviction, or set inference.enable_prefix_caching: true",
+                                  "inference.enable_prefix_caching", at="multi_turn.cache_eviction")
         if self.reference is None:
             object.__setattr__(self, "reference", self.algorithm != "dapo")
         return self

@@ -31,7 +31,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -1014,6 +1014,15 @@ class RolloutEngine:
         # waiting slots whose first tokens' KV is still in the cache (a request paused in place over a
         # weight update, vLLM's pause mode "keep"): slot -> those tokens, not prefilled again
         self._kept: dict[int, int] = {}
+        # Finished sequences' contexts kept in the prefix cache, evictable (keep_freed_contexts: a
+        # multi-turn sample out on its tool): seq id -> [context tokens, tokens evicted, its own pages
+        # left], oldest freed first; None: a finished sequence's pages are simply free (the default)
+        self._lru: OrderedDict[int, list[int]] | None = None
+        self._gone: dict[int, list[int]] = {}   # such entries evicted whole, until their sequence comes back
+        self._retained = 0             # pages the LRU's entries hold (free for allocation: evicted on demand)
+        self.retained_tokens = 0       # pages finished sequences left in the cache, in all
+        self.evicted_tokens = 0        # of those, evicted by other sequences' allocations
+        self.reprefilled_tokens = 0    # context tokens returning sequences prefilled again, evicted
         self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
         self._added: tuple[list[int], np.ndarray, tuple[int, int, int, float] | None] | None = None   # _as_added
         # Engine state at the current step boundary.
@@ -1181,6 +1190,21 @@ class RolloutEngine:
             t = min(t, self._outbox[0][0])
         return t
 
+    def keep_freed_contexts(self) -> None:
+        """From now on a finished sequence's context stays in the prefix cache, evictable, until its
+        next turn comes back (a multi-turn sample out on its tool: multi_turn_server.py): its pages
+        count as free for allocation, so they never hold back an admission or preempt a sequence,
+        and whenever the running sequences' pages and the kept ones pass the capacity the oldest
+        freed context loses pages from its tail. A later add of the same sequence id reuses what
+        survives of its context: its prefill computes the rest (at least its last token). vLLM v1
+        frees a finished request's blocks into the free block queue with their hashes, its last
+        blocks first (core/kv_cache_manager.py free, block_pool.py free_blocks), and an allocation
+        takes the queue's head, the least recently freed, evicting its hash (get_new_blocks,
+        _maybe_evict_cached_block); SGLang's radix cache evicts the least recently used unlocked
+        leaves (mem_cache/radix_cache.py evict). An interrupt (new weights) clears it."""
+        if self._lru is None:
+            self._lru = OrderedDict()
+
     def take_waits(self) -> list[tuple[float, float]]:
         """No tool waits: each request is one generation (multi_turn_server.MultiTurnServer has them)."""
         return []
@@ -1268,6 +1292,10 @@ class RolloutEngine:
         self._stack.clear()
         self._waiting.clear()
         self._kept.clear()
+        if self._lru is not None:   # new weights: the freed contexts' cache is stale
+            self._lru.clear()
+            self._gone.clear()
+            self._retained = 0
         self._n = self._K = self._shared = 0
         self._share_of.clear()
         self._share_sets.clear()
@@ -1297,6 +1325,9 @@ class RolloutEngine:
         new._share_cached = {key: cached.copy() for key, cached in self._share_cached.items()}
         if self._caps is not None:
             new._caps = self._caps.copy()
+        if self._lru is not None:
+            new._lru = OrderedDict((seq_id, entry.copy()) for seq_id, entry in self._lru.items())
+            new._gone = self._gone.copy()   # (entries there are no longer changed)
         new._waiting = deque(self._waiting)
         new._outbox = deque(self._outbox)
         return new
@@ -1358,7 +1389,7 @@ class RolloutEngine:
         chunked prefill) and no prefill is half done."""
         params = self.cost.params
         if (params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps or self._reserve
-                or self._kept):   # (the array run prefills whole contexts)
+                or self._kept or self._lru is not None):   # (the array run prefills whole contexts, frees at finish)
             return False
         least = FAST_RUN_MIN_SEQUENCES if min_sequences is None else min_sequences
         if not self._waiting and not self._n or len(self._waiting) + self._n < least:
@@ -1610,7 +1641,7 @@ class RolloutEngine:
         cap, seq_kv = self.capacity, self.seq_kv
         pop = heapq.heappop
         caps, cap_new = self._caps, self._max_new
-        share_of = self._share_of
+        share_of, lru = self._share_of, self._lru
         count, last = 0, -math.inf
         while count != max_events:
             event = self._event
@@ -1674,6 +1705,8 @@ class RolloutEngine:
                 S += k
                 K += k * n
                 self._S = S
+                if lru and K - self._shared + n * seq_kv + self._retained > cap:   # their pages evict freed contexts'
+                    self._evict(K - self._shared + n * seq_kv)
             self.t = time
             self._prefill = None
             self._phase_steps = 0
@@ -1688,7 +1721,9 @@ class RolloutEngine:
                     state[slot] = _DONE
                     n -= 1
                     K -= p_of[slot] + r_of[slot]
-                    if share_of and slot in share_of:
+                    if lru is not None:   # its context stays cached, evictable
+                        self._retire(slot)
+                    elif share_of and slot in share_of:
                         self._unshare(slot)
                     outbox.append((time, id_of[slot], slot))
                     if caps is not None:   # admission reserve: its reservation goes
@@ -1733,7 +1768,7 @@ class RolloutEngine:
         kv, now = self._K, self.t
         held = kv - self._shared   # the pool's slots in use: a shared prompt's pages once
         cap, max_n, seq_kv = self.capacity, self.max_running, self.seq_kv
-        share = self.cost.params.enable_prefix_caching
+        share, lru = self.cost.params.enable_prefix_caching, self._lru
         group, sets = self._group, self._share_sets   # a prompt's running members (_share): its pages
         admitted: list[tuple[int, int]] = []
         pieces: list[tuple[int, float]] = []   # (tokens computed, attention pairs) per admitted
@@ -1760,8 +1795,10 @@ class RolloutEngine:
                 room -= new - 1 + need + seq_kv
             waiting.popleft()
             admitted.append((slot, g_of[slot]))
-            if kept:   # paused in place: the tokens after its cached ones (at least its last)
-                del self._kept[slot]
+            if lru is not None:   # its context freed earlier: what survives of it (the pages before it allocated)
+                kept = max(kept, self._reclaim(slot, ctx, held + seq_kv * n))
+            if kept:   # paused in place, or back from its tool: the tokens after its cached ones (at least its last)
+                self._kept.pop(slot, None)
                 own = ctx - kept
                 pieces.append((own, own * kept + own * (own + 1) / 2.0))
             elif members:   # the prompt's KV is cached (a running member holds its pages)
@@ -1776,6 +1813,8 @@ class RolloutEngine:
             held += new
         if not admitted:
             return
+        if lru:   # the admitted ones' pages evict freed contexts'
+            self._evict(held + seq_kv * n)
         duration, ride = self._prefill_time(pieces, n0, held + seq_kv * n)
         end = now + duration
         self.busy_s += duration
@@ -1849,6 +1888,55 @@ class RolloutEngine:
                     stats[2] = held.count(stats[1])
         self._shared += self._set_shared(key) - before
 
+    def _retire(self, slot: int) -> None:
+        """A finished ``slot`` leaves its context's pages to the LRU of freed contexts (keep_freed_contexts):
+        those it held alone (a prompt's pages another running sample of its group still holds stay
+        with it: the drop of _shared counts them), newest last."""
+        before = self._shared
+        if slot in self._share_of:
+            self._unshare(slot)
+        context = self._p[slot] + self._r[slot]
+        pages = context + self._shared - before
+        self._lru[self._id[slot]] = [context, 0, pages]   # (an id's entry goes when it is admitted again)
+        self._retained += pages
+        self.retained_tokens += pages
+
+    def _evict(self, used: int) -> None:
+        """Evict freed contexts' pages until ``used`` (the running sequences' pages) and the kept ones
+        fit the capacity: the oldest freed entry first, from its tail (a prefix survives); an entry
+        evicted whole waits in _gone for its sequence."""
+        over = used + self._retained - self.capacity
+        lru = self._lru
+        while over > 0 and lru:
+            seq_id = next(iter(lru))
+            entry = lru[seq_id]
+            take = min(over, entry[2])
+            entry[1] += take
+            entry[2] -= take
+            over -= take
+            self._retained -= take
+            self.evicted_tokens += take
+            if not entry[2]:
+                del lru[seq_id]
+                self._gone[seq_id] = entry
+
+    def _reclaim(self, slot: int, ctx: int, used: int) -> int:
+        """The cached tokens of an admitted ``slot`` of ``ctx`` tokens whose sequence left a context in
+        the LRU (0 without one): what survives of it after the allocations before it (``used``: the
+        running pages then), its tail evicted first, at most ctx - 1 (an engine computes a hit's last
+        token again); the entry leaves the LRU (its pages now the running sequence's)."""
+        self._evict(used)
+        seq_id = self._id[slot]
+        entry = self._lru.pop(seq_id, None)
+        if entry is None:
+            entry = self._gone.pop(seq_id, None)
+            if entry is None:
+                return 0
+        self._retained -= entry[2]
+        hit = min(ctx - 1, entry[0] - entry[1])
+        self.reprefilled_tokens += min(ctx - 1, entry[0]) - hit
+        return hit
+
     def _prefill_time(self, pieces: list[tuple[int, float]], riders: int, kv_after: int) -> tuple[float, int]:
         """(duration, decode steps the running sequences make meanwhile) of prefilling `pieces`.
         Without chunked prefill: blocking steps of at most max_num_batched_tokens tokens (one step
@@ -1886,7 +1974,9 @@ class RolloutEngine:
                 state[slot] = _DONE
                 n -= 1
                 kv -= p[slot] + r[slot]
-                if slot in self._share_of:
+                if self._lru is not None:
+                    self._retire(slot)
+                elif slot in self._share_of:
                     self._unshare(slot)
                 self._outbox.append((end, self._id[slot], slot))
                 self._full = False   # a request finished (admission reserve tries its queue again)

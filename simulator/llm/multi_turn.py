@@ -32,7 +32,9 @@ class TurnLaw:
     observation_sigma: a tool answer's tokens, lognormal with that mean and shape. tool_latency_s,
     tool_latency_sigma: a turn's tool calls' seconds, lognormal likewise (sigma 0: constant).
     lockstep: the batch's turns in lock-step (run_turns_in_lockstep); else each sample on its own
-    (run_turns). max_turn_tokens: a turn's assistant tokens at most (None: no cap of its own)."""
+    (run_turns). max_turn_tokens: a turn's assistant tokens at most (None: no cap of its own).
+    cache_eviction: a sample's context, cached while it is out on its tool, is evictable by the
+    other sequences' pages (RolloutEngine.keep_freed_contexts); False: it always stays cached."""
     max_turns: int
     mean_turns: float | None
     observation_tokens: float
@@ -41,6 +43,7 @@ class TurnLaw:
     tool_latency_sigma: float
     lockstep: bool = False
     max_turn_tokens: int | None = None
+    cache_eviction: bool = True
 
 
 class TurnPlan(NamedTuple):
@@ -145,23 +148,30 @@ class EngineShare(NamedTuple):
 
 
 def run_turns_in_lockstep(shares: list[EngineShare], prompts: np.ndarray, plan: TurnPlan, finish_s: np.ndarray, *,
-                          groups: np.ndarray | None = None, cached: bool = True,
-                          max_context: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+                          groups: np.ndarray | None = None, cached: bool = True, max_context: int | None = None,
+                          cache_eviction: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
     """Turns in lock-step over every engine (NeMo RL's run_multi_turn_rollout: the batch generates
     turn k, then the environments step for every sample still going, then turn k + 1): each
     engine takes its samples' turn k at the same time, runs until it has none left; once the last
     engine is done the tools run, all together, and the next turn starts when the slowest answers.
     Writes each sample's last finish (a sample out of room, max_context, ends when its tool
-    answers). Returns per engine (its idle stretches waiting for the other engines, those waiting
+    answers). ``cache_eviction`` (with ``cached``): a sample's context stays in its engine's cache
+    only while the other sequences' pages leave it room (RolloutEngine.keep_freed_contexts), else
+    always. Returns per engine (its idle stretches waiting for the other engines, those waiting
     for the tools), [start, end) rows."""
     context = np.asarray(prompts, np.int64).copy()
+    evicting = cached and cache_eviction
+    if evicting:
+        for share in shares:
+            share.engine.keep_freed_contexts()
     waiting = [([], []) for _ in shares]            # (for the other engines, for the tools)
     now = 0.0
     for k in range(int(plan.counts.max(initial=0))):
         ends = []
         for share in shares:
             going = share.ids[(plan.counts[share.ids] > k) & np.isnan(finish_s[share.ids])]
-            ends.append(_one_lockstep_turn(share.engine, going, context, plan, k, now, groups, cached, finish_s))
+            ends.append(_one_lockstep_turn(share.engine, going, context, plan, k, now, groups,
+                                           cached and not evicting, finish_s))
         barrier = max(ends, default=now)
         going_on = np.flatnonzero((plan.counts > k + 1) & np.isnan(finish_s))
         if not len(going_on):
@@ -181,7 +191,8 @@ def run_turns_in_lockstep(shares: list[EngineShare], prompts: np.ndarray, plan: 
 def _one_lockstep_turn(engine: Any, going: np.ndarray, context: np.ndarray, plan: TurnPlan, k: int, now: float,
                        groups: np.ndarray | None, cached: bool, finish_s: np.ndarray) -> float:
     """Turn k of ``going`` on ``engine`` from ``now`` to its last finish (returned; now if none):
-    from turn 1 on all but the tool's answer is cached; a sample's last turn writes its finish;
+    from turn 1 on, ``cached``: all but the tool's answer is cached (else the engine keeps what
+    survives of the earlier context, or nothing); a sample's last turn writes its finish;
     the others' contexts take the turn's tokens."""
     if not len(going):
         return now

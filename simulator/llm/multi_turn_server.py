@@ -87,10 +87,17 @@ class TurnRegistry:
 class MultiTurnServer:
     """One engine serving whole trajectories turn by turn (the RolloutServer protocol)."""
 
-    def __init__(self, engine: Any, registry: TurnRegistry, cached: bool = True, max_context: int | None = None) -> None:
+    def __init__(self, engine: Any, registry: TurnRegistry, cached: bool = True, max_context: int | None = None,
+                 cache_eviction: bool = True) -> None:
         """``cached``: a next turn's earlier context is a cached prefix (prefix caching); ``max_context``
-        (max_model_len): a turn whose context reaches it is not sent (the trajectory ends then)."""
+        (max_model_len): a turn whose context reaches it is not sent (the trajectory ends then);
+        ``cache_eviction`` (with ``cached``): that prefix is what the engine's cache kept of it while
+        the trajectory was out on its tool (RolloutEngine.keep_freed_contexts: other sequences'
+        pages evict it, oldest first), else all of it."""
         self.engine, self.registry, self.cached, self.max_context = engine, registry, cached, max_context
+        self.evicting = cached and cache_eviction
+        if self.evicting:
+            engine.keep_freed_contexts()
         self._outbox: list[Finished] = []            # finished before an add, not yet handed out
         self._out: list[tuple[float, int]] = []     # (tool answers, seq id) of the trajectories out on tools
         self._held: dict[int, Trajectory] = {}       # seq id -> trajectory, in the engine or out on a tool
@@ -190,8 +197,9 @@ class MultiTurnServer:
             cached.append(0 if trajectory.cache_lost else trajectory.prompt + trajectory.before[k]
                           - trajectory.observation[k - 1])
             trajectory.cache_lost = False
-        if ids:
-            self.engine.add_many(ids, send, turns, now, kept=cached if self.cached and any(cached) else None)
+        if ids:   # (evicting: the engine knows what survives of each one's context)
+            self.engine.add_many(ids, send, turns, now,
+                                 kept=cached if self.cached and not self.evicting and any(cached) else None)
         self._last_event = now
 
     def _turn_done(self, seq_id: int, time_s: float, finished: list[Finished]) -> None:
@@ -235,13 +243,14 @@ class MultiTurnServer:
 
 def run_turns(engine: Any, ids: np.ndarray, prompts: np.ndarray, plan: TurnPlan, finish_s: np.ndarray, *,
               arrivals: np.ndarray | None = None, groups: np.ndarray | None = None, cached: bool = True,
-              max_context: int | None = None) -> np.ndarray:
+              max_context: int | None = None, cache_eviction: bool = True) -> np.ndarray:
     """Drive ``engine`` (simulator.llm.inference.RolloutEngine) through the turns of the samples
     ``ids`` (indexes into prompts, the plan, arrivals, groups and finish_s, and the engine's sequence
     ids), writing each one's last finish at finish_s[id]: a MultiTurnServer over the batch's plan. A
     sample's first turn joins at its arrival (None: 0); each later one at the finish before it plus
     the tool's seconds, its context the prompt and every earlier turn and observation, ``cached``:
-    all but the new observation (prefix caching). A turn whose context reaches ``max_context``
+    all but the new observation (prefix caching; ``cache_eviction``: what survives of it in the
+    engine's cache, MultiTurnServer). A turn whose context reaches ``max_context``
     (max_model_len) is not sent: the sample ends before it. Returns the engine's tool waits:
     [start, end) rows where it had no work while samples were out on their tools."""
     ids = np.asarray(ids, np.int64)
@@ -249,7 +258,7 @@ def run_turns(engine: Any, ids: np.ndarray, prompts: np.ndarray, plan: TurnPlan,
     registry = TurnRegistry.of_plan(plan, prompts)
     responses = np.bincount(np.repeat(np.arange(len(plan.counts)), plan.counts),
                             weights=plan.assistant + plan.observation, minlength=len(plan.counts)).astype(np.int64)
-    server = MultiTurnServer(engine, registry, cached, max_context)
+    server = MultiTurnServer(engine, registry, cached, max_context, cache_eviction)
     starts = np.zeros(len(ids)) if arrivals is None else np.asarray(arrivals, float)[ids]
     for at in np.unique(starts).tolist():           # first turns, each set arriving together at once
         first = ids[starts == at]

@@ -474,7 +474,8 @@ def turn_law_of(spec: Any) -> TurnLaw | None:
     if spec is None:
         return None
     return TurnLaw(spec.max_turns, spec.mean_turns, spec.observation_tokens, spec.observation_sigma,
-                   spec.tool_latency_s, spec.tool_latency_sigma, spec.lockstep, spec.max_turn_tokens)
+                   spec.tool_latency_s, spec.tool_latency_sigma, spec.lockstep, spec.max_turn_tokens,
+                   spec.cache_eviction)
 
 
 def _without_speculation(params: InferenceParams, given: Mapping[str, Any], prefix: str) -> InferenceParams:
@@ -820,7 +821,8 @@ class LlmCosts:
         engine = self._engine(self.pool(ranks))
         if self._trajectories is None:
             return engine
-        return MultiTurnServer(engine, self._trajectories, self.inference_params.enable_prefix_caching)
+        return MultiTurnServer(engine, self._trajectories, self.inference_params.enable_prefix_caching,
+                               cache_eviction=self.turn_law.cache_eviction)
 
     def _multi_turn_rollout(self, prompts: np.ndarray, responses: np.ndarray, flops: float, ranks: Sequence[int],
                             instances: int, groups: np.ndarray | None, arrivals: np.ndarray | None) -> RolloutOutcome:
@@ -839,7 +841,8 @@ class LlmCosts:
         pools = [self.pool(ranks[i * d:(i + 1) * d]) for i in range(instances)]
         finish = np.full(n, np.nan)
         params = self.inference_params
-        cache = {"cached": params.enable_prefix_caching, "max_context": params.max_model_len}
+        cache = {"cached": params.enable_prefix_caching, "max_context": params.max_model_len,
+                 "cache_eviction": self.turn_law.cache_eviction}
         used = range(min(n, len(pools)))                  # instance i serves samples i, i + len(pools), ...
         shares = [EngineShare(self._engine(pools[i]), np.arange(i, n, len(pools))) for i in used]
         where = [ranks[i * d:(i + 1) * d] for i in used]

@@ -193,3 +193,130 @@ def test_every_sample_finishes_once_after_its_tool_calls(n, seed, cached, lockst
     # the engines decoded the assistant tokens only
     assert sum(engine.generated_tokens for engine in engines) == plan.assistant.sum()
     assert all(engine.next_event_time() == math.inf for engine in engines)
+
+
+# ---- a sample's cached context while it is out on its tool: evictable (RolloutEngine.keep_freed_contexts) ----
+TIGHT = RolloutLayout(gpu_memory_utilization=0.25)   # a pool of some 80k tokens: a few long fillers fill it
+
+
+def _tight_engine(**params) -> RolloutEngine:
+    return RolloutEngine(QWEN, H100, TIGHT, InferenceParams(**params))
+
+
+def _tight_alone(prompt: int, response: int, kept: int | None = None) -> float:
+    engine = _tight_engine()
+    engine.add_many([0], [prompt], [response], 0.0, kept=None if kept is None else [kept])
+    (done,) = engine.run()
+    return done.time_s
+
+
+def _out_on_its_tool_while_fillers_run(fillers: list[int], cached: bool = True, cache_eviction: bool = True
+                                       ) -> tuple[float, RolloutEngine, float]:
+    """Sample 0 (a 1,000-token prompt, 200 then 150 assistant tokens, a 300-token answer, a 100 s
+    tool) and, arriving 1 s after its first turn, single-turn fillers of the given prompts and one
+    token each (each done at its prefill, long before the tool answers). Returns sample 0's finish,
+    the engine, the end of its first turn."""
+    n = 1 + len(fillers)
+    plan = TurnPlan(np.array([0, *range(2, n + 1)]), np.array([2] + [1] * len(fillers)),
+                    np.array([200, 150] + [1] * len(fillers)), np.array([300] + [0] * n),
+                    np.array([100.0] + [0.0] * n))
+    first_end = _tight_alone(1000, 200)
+    finish = np.full(n, np.nan)
+    engine = _tight_engine(enable_prefix_caching=cached)
+    run_turns(engine, np.arange(n), np.array([1000, *fillers]), plan, finish,
+              arrivals=np.array([0.0] + [first_end + 1.0] * len(fillers)), cached=cached,
+              cache_eviction=cache_eviction)
+    assert not np.isnan(finish).any() and (finish[1:] < first_end + 100.0).all()
+    return float(finish[0]), engine, first_end
+
+
+def test_a_context_evicted_whole_while_its_tool_runs_is_prefilled_whole_again():
+    # two fillers of half the pool each, one after the other (both do not fit at once): the second's
+    # pages and the first's, freed after the sample's, pass the capacity: the sample's 1,200 freed
+    # tokens, the oldest free pages, are evicted first, all of them; its next turn prefills its whole
+    # 1,500-token context, as without a prefix cache, and the engine counts the 1,200 it prefilled again
+    capacity = _tight_engine().capacity
+    fillers = [capacity // 2] * 2
+    evicted, engine, first_end = _out_on_its_tool_while_fillers_run(fillers)
+    uncached, _, _ = _out_on_its_tool_while_fillers_run(fillers, cached=False)
+    kept, _, _ = _out_on_its_tool_while_fillers_run(fillers, cache_eviction=False)
+    back = first_end + 100.0
+    assert evicted == uncached == pytest.approx(back + _tight_alone(1500, 150), rel=1e-12)
+    assert kept == pytest.approx(back + _tight_alone(1500, 150, 1200), rel=1e-12) and kept < evicted
+    assert engine.reprefilled_tokens == 1200 and engine.evicted_tokens >= 1200
+
+
+@pytest.mark.parametrize("tail", [1, 37, 900])
+def test_a_context_evicted_in_part_keeps_its_prefix(tail):
+    # one filler whose prompt and first token leave room for all but `tail` of the sample's 1,200
+    # cached tokens: its allocation evicts that many from the context's tail, and the next turn hits
+    # the prefix that survives (prefills the answer and the evicted tail)
+    capacity = _tight_engine().capacity
+    finish, engine, first_end = _out_on_its_tool_while_fillers_run([capacity - 1200 + tail - 1])
+    assert finish == pytest.approx(first_end + 100.0 + _tight_alone(1500, 150, 1200 - tail), rel=1e-12)
+    assert engine.reprefilled_tokens == tail and engine.evicted_tokens >= tail   # (and, later, the filler's)
+
+
+def test_with_room_for_every_context_eviction_changes_nothing():
+    # the default pool holds every context of the batch: the same floats, turn by turn and in lock-step
+    rng = np.random.default_rng(7)
+    responses = rng.integers(50, 2000, 64)
+    plan = plan_turns(_law(tool_latency_s=0.7, tool_latency_sigma=0.5, observation_tokens=80), responses, rng)
+    prompts = rng.integers(100, 1500, 64)
+    arrivals = rng.uniform(0.0, 3.0, 64)
+    outcomes = []
+    for cache_eviction in (True, False):
+        alone, together = np.full(64, np.nan), np.full(64, np.nan)
+        engine = _engine()
+        waits = run_turns(engine, np.arange(64), prompts, plan, alone, arrivals=arrivals, cache_eviction=cache_eviction)
+        shares = [EngineShare(_engine(), np.arange(i, 64, 2)) for i in range(2)]
+        idle = run_turns_in_lockstep(shares, prompts, plan, together, cache_eviction=cache_eviction)
+        outcomes.append((alone, waits, together, idle, engine.busy_s))
+        assert engine.evicted_tokens == engine.reprefilled_tokens == 0
+    (a, w, t, i, b), (a2, w2, t2, i2, b2) = outcomes
+    assert np.array_equal(a, a2) and np.array_equal(w, w2) and np.array_equal(t, t2) and b == b2
+    assert all(np.array_equal(x, y) for pair, pair2 in zip(i, i2, strict=True) for x, y in zip(pair, pair2, strict=True))
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 24), seed=st.integers(0, 2**16), lockstep=st.booleans())
+def test_under_pressure_evictions_stay_within_the_freed_pages_and_every_sample_finishes(n, seed, lockstep):
+    rng = np.random.default_rng(seed)
+    capacity = _tight_engine().capacity
+    responses = rng.integers(5, capacity // 8, n)
+    plan = plan_turns(_law(tool_latency_s=0.7, tool_latency_sigma=1.0, observation_tokens=300), responses, rng)
+    prompts = rng.integers(10, capacity // 8, n)
+    finish = np.full(n, np.nan)
+    engines = [_tight_engine() for _ in range(2)]
+    if lockstep:
+        run_turns_in_lockstep([EngineShare(engine, np.arange(i, n, 2)) for i, engine in enumerate(engines)],
+                              prompts, plan, finish)
+    else:
+        run_turns(engines[0], np.arange(n), prompts, plan, finish, arrivals=rng.uniform(0.0, 2.0, n))
+    assert not np.isnan(finish).any()
+    for engine in engines:
+        assert 0 <= engine.reprefilled_tokens <= engine.evicted_tokens <= engine.retained_tokens
+        assert engine.next_event_time() == math.inf
+    assert sum(engine.generated_tokens for engine in engines) == plan.assistant.sum()
+
+
+def test_a_copy_keeps_its_own_freed_contexts_and_an_interrupt_clears_them():
+    engine = _tight_engine()
+    engine.keep_freed_contexts()
+    engine.add_many([0], [1000], [200], 0.0)
+    engine.run()
+    copy = engine.copy()
+    copy.add_many([1], [copy.capacity - 1], [1], copy.t)   # its allocation evicts the whole context
+    copy.run()
+    for one, hit in ((engine, 1200), (copy, 0)):
+        one.add_many([0], [1500], [150], one.t + 1.0)
+        one.run()
+        assert one.reprefilled_tokens == 1200 - hit
+    cut = _tight_engine()
+    cut.keep_freed_contexts()
+    cut.add_many([0], [1000], [200], 0.0)
+    cut.run()
+    cut.interrupt(cut.t)                                    # new weights: nothing cached survives
+    cut.add_many([0], [1500], [150], cut.t)
+    cut.run()
+    assert cut.reprefilled_tokens == 0 and cut.retained_tokens == 1200 + 1650

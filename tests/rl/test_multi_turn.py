@@ -76,6 +76,25 @@ def test_prefix_caching_spares_the_re_prefill_of_the_earlier_turns():
     assert recomputed["stage_time_s"]["generate"] > cached
 
 
+def test_a_tight_kv_pool_evicts_contexts_out_on_their_tools_and_a_roomy_one_changes_nothing():
+    # workload.multi_turn.cache_eviction reaches the engines: in a pool of ~30k tokens an instance's
+    # 16 samples of long contexts evict each other's while out on their tools (their turns re-prefill
+    # what went: longer generation); with the default pool every context stays, the same bytes
+    tight = "workload.rollout_layout.gpu_memory_utilization=0.21"
+    def generate(cache_eviction: str) -> float:
+        return _run(*_turns(4, 2.0, 300, cache_eviction=cache_eviction), tight)["stage_time_s"]["generate"]
+    assert generate("true") > generate("false")
+    roomy = [json.dumps(_run(*_turns(4, 2.0, 300, cache_eviction=value)), sort_keys=True) for value in ("true", "false")]
+    assert roomy[0] == roomy[1]
+
+
+def test_cache_eviction_without_a_prefix_cache_is_refused_by_name():
+    with pytest.raises(RlsimError) as refused:
+        _run(*_turns(4, 2.0, 300, cache_eviction="false"), "workload.inference.enable_prefix_caching=false")
+    assert "workload.multi_turn.cache_eviction" in str(refused.value)
+    assert "enable_prefix_caching" in str(refused.value)
+
+
 def test_the_same_input_gives_the_same_bytes():
     turns = _turns(4, 2.0, 300, mean_turns=2.5, tool_latency_sigma=1.0, observation_sigma=0.5)
     assert json.dumps(_run(*turns), sort_keys=True) == json.dumps(_run(*turns), sort_keys=True)
