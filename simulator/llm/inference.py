@@ -1813,7 +1813,7 @@ class RolloutEngine:
             held += new
         if not admitted:
             return
-        if lru:   # the admitted ones' pages evict freed contexts'
+        if lru and held + seq_kv * n + self._retained > cap:   # the admitted ones' pages evict freed contexts'
             self._evict(held + seq_kv * n)
         duration, ride = self._prefill_time(pieces, n0, held + seq_kv * n)
         end = now + duration
@@ -1925,7 +1925,8 @@ class RolloutEngine:
         the LRU (0 without one): what survives of it after the allocations before it (``used``: the
         running pages then), its tail evicted first, at most ctx - 1 (an engine computes a hit's last
         token again); the entry leaves the LRU (its pages now the running sequence's)."""
-        self._evict(used)
+        if used + self._retained > self.capacity:
+            self._evict(used)
         seq_id = self._id[slot]
         entry = self._lru.pop(seq_id, None)
         if entry is None:

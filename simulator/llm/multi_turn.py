@@ -160,18 +160,21 @@ def run_turns_in_lockstep(shares: list[EngineShare], prompts: np.ndarray, plan: 
     always. Returns per engine (its idle stretches waiting for the other engines, those waiting
     for the tools), [start, end) rows."""
     context = np.asarray(prompts, np.int64).copy()
-    evicting = cached and cache_eviction
-    if evicting:
-        for share in shares:
+    whole = context + sample_tokens(plan)
+    # per engine, whether it keeps what survives of each context (else all of it is kept: ``cached``)
+    evicting = [cached and cache_eviction and not holds_every_context(share.engine, int(whole[share.ids].sum()))
+                for share in shares]
+    for share, evicts in zip(shares, evicting, strict=True):
+        if evicts:
             share.engine.keep_freed_contexts()
     waiting = [([], []) for _ in shares]            # (for the other engines, for the tools)
     now = 0.0
     for k in range(int(plan.counts.max(initial=0))):
         ends = []
-        for share in shares:
+        for share, evicts in zip(shares, evicting, strict=True):
             going = share.ids[(plan.counts[share.ids] > k) & np.isnan(finish_s[share.ids])]
             ends.append(_one_lockstep_turn(share.engine, going, context, plan, k, now, groups,
-                                           cached and not evicting, finish_s))
+                                           cached and not evicts, finish_s))
         barrier = max(ends, default=now)
         going_on = np.flatnonzero((plan.counts > k + 1) & np.isnan(finish_s))
         if not len(going_on):
@@ -186,6 +189,20 @@ def run_turns_in_lockstep(shares: list[EngineShare], prompts: np.ndarray, plan: 
             for_tools.append((barrier, answered))
         now = answered
     return [(_rows(for_engines), _rows(for_tools)) for for_engines, for_tools in waiting]
+
+
+def sample_tokens(plan: TurnPlan) -> np.ndarray:
+    """Each sample's tokens after its prompt: its turns and the answers between them."""
+    return np.bincount(np.repeat(np.arange(len(plan.counts)), plan.counts),
+                       weights=plan.assistant + plan.observation, minlength=len(plan.counts)).astype(np.int64)
+
+
+def holds_every_context(engine: Any, tokens: int) -> bool:
+    """Whether ``engine``'s KV pool holds ``tokens`` (its samples' whole contexts, every turn and answer)
+    at once beside a slot and the windows' / states' pages of every sequence it may run: then no
+    freed context is ever evicted (RolloutEngine.keep_freed_contexts would change nothing but the
+    speed: its engine leaves the array run), the margin RolloutEngine._fast_ok takes."""
+    return tokens + engine.max_running * (1 + engine.seq_kv) + 2 <= engine.capacity
 
 
 def _one_lockstep_turn(engine: Any, going: np.ndarray, context: np.ndarray, plan: TurnPlan, k: int, now: float,

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .inference import Finished, InterruptResult, PartialSequence
-from .multi_turn import TurnLaw, TurnPlan, plan_turns
+from .multi_turn import TurnLaw, TurnPlan, holds_every_context, plan_turns, sample_tokens
 
 
 @dataclass
@@ -250,15 +250,16 @@ def run_turns(engine: Any, ids: np.ndarray, prompts: np.ndarray, plan: TurnPlan,
     sample's first turn joins at its arrival (None: 0); each later one at the finish before it plus
     the tool's seconds, its context the prompt and every earlier turn and observation, ``cached``:
     all but the new observation (prefix caching; ``cache_eviction``: what survives of it in the
-    engine's cache, MultiTurnServer). A turn whose context reaches ``max_context``
+    engine's cache, MultiTurnServer, unless the pool holds every sample's whole context at once).
+    A turn whose context reaches ``max_context``
     (max_model_len) is not sent: the sample ends before it. Returns the engine's tool waits:
     [start, end) rows where it had no work while samples were out on their tools."""
     ids = np.asarray(ids, np.int64)
     prompts = np.asarray(prompts, np.int64)
     registry = TurnRegistry.of_plan(plan, prompts)
-    responses = np.bincount(np.repeat(np.arange(len(plan.counts)), plan.counts),
-                            weights=plan.assistant + plan.observation, minlength=len(plan.counts)).astype(np.int64)
-    server = MultiTurnServer(engine, registry, cached, max_context, cache_eviction)
+    responses = sample_tokens(plan)
+    roomy = holds_every_context(engine, int(prompts[ids].sum() + responses[ids].sum()))
+    server = MultiTurnServer(engine, registry, cached, max_context, cache_eviction and not roomy)
     starts = np.zeros(len(ids)) if arrivals is None else np.asarray(arrivals, float)[ids]
     for at in np.unique(starts).tolist():           # first turns, each set arriving together at once
         first = ids[starts == at]

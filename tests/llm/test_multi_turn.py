@@ -17,8 +17,9 @@ from simulator.llm.multi_turn import (
     continue_probability,
     plan_turns,
     run_turns_in_lockstep,
+    sample_tokens,
 )
-from simulator.llm.multi_turn_server import run_turns
+from simulator.llm.multi_turn_server import MultiTurnServer, TurnRegistry, run_turns
 
 QWEN = load_model("qwen2.5-7b")
 H100 = get_device("h100")
@@ -258,7 +259,9 @@ def test_a_context_evicted_in_part_keeps_its_prefix(tail):
 
 
 def test_with_room_for_every_context_eviction_changes_nothing():
-    # the default pool holds every context of the batch: the same floats, turn by turn and in lock-step
+    # the default pool holds every context of the batch: the same floats, turn by turn (the LRU kept:
+    # a server that cannot know its trajectories) and in lock-step (where run_turns_in_lockstep,
+    # knowing them, leaves it off: holds_every_context)
     rng = np.random.default_rng(7)
     responses = rng.integers(50, 2000, 64)
     plan = plan_turns(_law(tool_latency_s=0.7, tool_latency_sigma=0.5, observation_tokens=80), responses, rng)
@@ -266,15 +269,19 @@ def test_with_room_for_every_context_eviction_changes_nothing():
     arrivals = rng.uniform(0.0, 3.0, 64)
     outcomes = []
     for cache_eviction in (True, False):
-        alone, together = np.full(64, np.nan), np.full(64, np.nan)
-        engine = _engine()
-        waits = run_turns(engine, np.arange(64), prompts, plan, alone, arrivals=arrivals, cache_eviction=cache_eviction)
+        server = MultiTurnServer(_engine(), TurnRegistry.of_plan(plan, prompts), cache_eviction=cache_eviction)
+        for at in np.unique(arrivals):
+            first = np.flatnonzero(arrivals == at)
+            server.add_many(first, prompts[first], sample_tokens(plan)[first], float(at))
+        alone = sorted(server.advance_to(math.inf))
+        together = np.full(64, np.nan)
         shares = [EngineShare(_engine(), np.arange(i, 64, 2)) for i in range(2)]
         idle = run_turns_in_lockstep(shares, prompts, plan, together, cache_eviction=cache_eviction)
-        outcomes.append((alone, waits, together, idle, engine.busy_s))
-        assert engine.evicted_tokens == engine.reprefilled_tokens == 0
+        outcomes.append((alone, server.take_waits(), together, idle, server.busy_s))
+        assert server.engine.evicted_tokens == server.engine.reprefilled_tokens == 0
+        assert (server.engine._lru is not None) == cache_eviction and all(share.engine._lru is None for share in shares)
     (a, w, t, i, b), (a2, w2, t2, i2, b2) = outcomes
-    assert np.array_equal(a, a2) and np.array_equal(w, w2) and np.array_equal(t, t2) and b == b2
+    assert a == a2 and w == w2 and np.array_equal(t, t2) and b == b2
     assert all(np.array_equal(x, y) for pair, pair2 in zip(i, i2, strict=True) for x, y in zip(pair, pair2, strict=True))
 
 
