@@ -5,7 +5,8 @@ simulate. Prints figures; asserts nothing.
 
 The scenario: GRPO on Qwen2.5-7B, colocated on one DGX-H100 (the grpo-qwen2.5-7b preset, 512 x 16
 samples unless --prompts), one turn against four (200-token tool answers, 2 s tools), with the
-prefix cache off, with spread turn counts and latencies, and in lock-step.
+contexts never evicted while out on their tools, with the prefix cache off, with spread turn counts
+and latencies, and in lock-step.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ TURNS = ["workload.multi_turn.max_turns=4", "workload.multi_turn.observation_tok
 CASES = {
     "one turn": [],
     "4 turns, 2 s tools": TURNS,
+    "4 turns, never evicted": TURNS + ["workload.multi_turn.cache_eviction=false"],
     "4 turns, no prefix cache": TURNS + ["workload.inference.enable_prefix_caching=false"],
     "mean 2.5 turns, tools sigma 1": TURNS + ["workload.multi_turn.mean_turns=2.5",
                                              "workload.multi_turn.tool_latency_sigma=1"],

@@ -1196,12 +1196,13 @@ class RolloutEngine:
         count as free for allocation, so they never hold back an admission or preempt a sequence,
         and whenever the running sequences' pages and the kept ones pass the capacity the oldest
         freed context loses pages from its tail. A later add of the same sequence id reuses what
-        survives of its context: its prefill computes the rest (at least its last token). vLLM v1
+        survives of its context: its prefill computes the rest (at least its last token). vLLM 0.11
         frees a finished request's blocks into the free block queue with their hashes, its last
-        blocks first (core/kv_cache_manager.py free, block_pool.py free_blocks), and an allocation
-        takes the queue's head, the least recently freed, evicting its hash (get_new_blocks,
-        _maybe_evict_cached_block); SGLang's radix cache evicts the least recently used unlocked
-        leaves (mem_cache/radix_cache.py evict). An interrupt (new weights) clears it."""
+        blocks first (v1/core/single_type_kv_cache_manager.py free: reversed(req_blocks);
+        block_pool.py free_blocks), and an allocation takes the queue's head, the least recently
+        freed, evicting its hash (block_pool.py get_new_blocks, _maybe_evict_cached_block); SGLang's
+        radix cache evicts the least recently used unlocked leaves (mem_cache/radix_cache.py evict).
+        An interrupt (new weights) clears it."""
         if self._lru is None:
             self._lru = OrderedDict()
 
