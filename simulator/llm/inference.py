@@ -1203,8 +1203,8 @@ class RolloutEngine:
         freed, evicting its hash (block_pool.py get_new_blocks, _maybe_evict_cached_block); SGLang's
         radix cache evicts the least recently used unlocked leaves (mem_cache/radix_cache.py evict).
         An interrupt (new weights) clears it."""
-        if self._lru is None:
-            self._lru = OrderedDict()
+        if self._lru is None:   # (its own _gone too: a copy made before shares the empty one)
+            self._lru, self._gone = OrderedDict(), {}
 
     def take_waits(self) -> list[tuple[float, float]]:
         """No tool waits: each request is one generation (multi_turn_server.MultiTurnServer has them)."""
