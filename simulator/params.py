@@ -846,6 +846,30 @@ class CommParams(StrictModel):
     # Adam step streams fp32 master, momentum and variance in and out (24 B), reads an fp32 main
     # gradient (4 B) and writes the bf16 weight (2 B): 30 B per parameter (ZeRO arXiv 1910.02054).
     optimizer_traffic_bytes_per_param: float = Field(30.0, ge=0)
+    # With sequence parallelism each TP rank computes the gradients of the parameters it holds whole from its
+    # own slice of the sequence, so after the DP sync Megatron all-reduces them over the TP group, flattened
+    # into one buffer, not overlapped (megatron-core 0.8.0 distributed/finalize_model_grads.py
+    # _allreduce_layernorm_grads, after finish_grad_sync; 0.10.0 / 0.12.0 the same): the parameters marked
+    # `sequence_parallel` (the norms: fusions/fused_layer_norm.py, TE LayerNormLinear / LayerNormMLP
+    # layer_norm_weight / _bias, TE RMSNorm / LayerNorm; row-parallel linear biases: tensor_parallel/layers.py
+    # RowParallelLinear, TE Linear row mode, LayerNormMLP fc2_bias; the MoE router: transformer/moe/router.py)
+    # and the q / k norms, in their main_grad dtype (grad_reduce_bytes_per_param). llm/training.py
+    # _sp_grad_sync_s. Off: no such all-reduce (the behaviour before this field).
+    sp_grad_all_reduce: bool = True
+    # Gradient clipping's global norm: before the optimizer step get_grad_norm_fp32 all-reduces one fp32 scalar
+    # (the local sum of squares) over the model-parallel group, or every training rank with the distributed
+    # optimizer (megatron-core 0.8.0 optimizer/clip_grads.py get_grad_norm_fp32, optimizer.py
+    # MixedPrecisionOptimizer.step under clip_grad > 0, OptimizerConfig.clip_grad 1.0; distrib_optimizer.py
+    # get_model_parallel_group: "the entire world"; 0.12.0 get_grad_stats_parallel_group the same). Every stack
+    # rlsim names clips: verl optim.clip_grad 1.0 (0.9.1 workers/config/optimizer.py), NeMo RL
+    # policy.max_grad_norm 1.0, torch's clip_grad_norm_ under FSDP all-reduces the shards' norm over the mesh.
+    # A collective of every stage: each one's optimizer starts when the last has synced (llm/training.py
+    # _grad_stats_sync_s). Off: no clipping (the behaviour before this field).
+    grad_norm_all_reduce: bool = True
+    # Megatron's count of zero gradients, one more fp32 scalar all-reduced over the same group
+    # (clip_grads.py count_zeros_fp32), only with --log-num-zeros-in-grad (OptimizerConfig.log_num_zeros_in_grad,
+    # default False; verl and NeMo RL leave it).
+    grad_zeros_all_reduce: bool = False
 
     @field_validator("moe_token_dispatcher", mode="before")
     @classmethod
@@ -2026,6 +2050,11 @@ LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
                                        "expert parallelism or expert tensor parallelism (train_layout.ep > 1, or "
                                        "etp > 1, or tp > 1 with etp unset)", "how the routed tokens reach their "
                                        "experts' ranks and come back", "set workload.train_layout.ep above 1"),
+    # Megatron's all-reduce of the sequence-parallel parameters' gradients (llm/training.py _sp_grad_sync_s)
+    "sp_grad_all_reduce": LayoutGate(lambda lay: lay.sp, "sequence parallelism (train_layout.tp > 1, "
+                                     "sequence_parallel not false)", "the TP all-reduce of the norms' (and "
+                                     "router's, row-parallel biases') gradients after the DP sync",
+                                     "set workload.train_layout.tp above 1"),
     # pipeline sends (llm/training.py _p2p_times, pipeline.py): only between stages
     **dict.fromkeys(("pp_blocking_send", "pp_variable_seq_lengths"), LayoutGate(
         lambda lay: lay.pp > 1, "pipeline parallelism (train_layout.pp > 1)", "the sends between stages",

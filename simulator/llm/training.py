@@ -207,6 +207,10 @@ class _Groups:
     # expert-TP x EP group per stage (etp x ep ranks: Megatron-Core's tp_ep group, over which the
     # allgather token dispatcher gathers and reduce-scatters the tokens). Empty: each stage's EP group.
     tp_ep: list[list[int]] = field(default_factory=list)
+    # the group gradient clipping all-reduces its norm over (_grad_stats_sync_s): every rank of the pool with
+    # ZeRO >= 1 (Megatron's distributed optimizer: "the entire world"; FSDP's mesh), else one replica's
+    # tp x pp ranks (Megatron's model-parallel group)
+    grad_stats: list[int] = field(default_factory=list)
 
     def sharded(self, stage: int, expert: bool = False) -> tuple[list[int], list[int]]:
         """(shard group, copies group) of a stage's dense or expert DP group under ZeRO: the first
@@ -248,7 +252,16 @@ def _groups(layout: TrainLayout, ranks: tuple[int, ...]) -> _Groups:
         p2p.append((int(r[s, 0, 0, 0]), int(r[(s + 1) % layout.pp, 0, 0, 0])))
     embedding = [int(r[0, 0, 0, 0]), int(r[-1, 0, 0, 0])] if layout.pp > 1 else []
     return _Groups(tp, cp, ep, dpg, edp, p2p, layout.zero_shard, layout.expert_zero_shard, etp_groups, embedding,
-                   tp_ep)
+                   tp_ep, _grad_stats_group(layout, r, 0, 0))
+
+
+def _grad_stats_group(layout: TrainLayout, r: np.ndarray, d: int, c: int) -> list[int]:
+    """The ranks gradient clipping all-reduces its norm over (`r`: physical ranks [s, d, c, t]): all of them
+    with ZeRO >= 1 (megatron-core 0.8.0 optimizer/distrib_optimizer.py get_model_parallel_group: None, the
+    world; torch FSDP's mesh), else the model-parallel group of replica (d, c), its tp x pp ranks
+    (parallel_state.py: the 'tp-pp' groups)."""
+    ranks = r.ravel() if layout.zero >= 1 else r[:, d, c, :].ravel()
+    return sorted(int(x) for x in ranks)
 
 
 def _sharded_sync(comm: _Comm, groups: _Groups, stage: int, expert: bool, grad_bytes: float,
@@ -1196,7 +1209,10 @@ def _slowest_groups(layout: TrainLayout, ranks: tuple[int, ...], first: _Groups,
         p2p.append(tuple(slowest("p2p", pairs)) if layout.pp > 1 else first.p2p[s])
     embedding = slowest("all_reduce", ([int(r[0, d, c, t]), int(r[-1, d, c, t])] for d in range(r.shape[1])
                                        for c in range(r.shape[2]) for t in range(r.shape[3]))) if layout.pp > 1 else []
-    return _Groups(tp, cp, ep, dpg, edp, p2p, first.zero_shard, first.expert_zero_shard, etp, embedding, tp_ep)
+    stats = slowest("all_reduce", (_grad_stats_group(layout, r, d, c) for d in range(r.shape[1])
+                                   for c in range(r.shape[2])))
+    return _Groups(tp, cp, ep, dpg, edp, p2p, first.zero_shard, first.expert_zero_shard, etp, embedding, tp_ep,
+                   stats)
 
 
 def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layout: TrainLayout,
@@ -1532,8 +1548,31 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
         dp_list.append(dp)
         opt_list.append(opt)
         tail.append((end, dp, opt))
-    _add_tied_embedding_sync(tail, dp_list, _tied_embedding_sync_s(model, layout, groups, comm, params))
+    for s, sync_s in enumerate(_sp_grad_sync_s(model, layout, groups, comm, params)):   # each stage's TP group
+        dp_list[s] += sync_s
+        tail[s] = (tail[s][0], dp_list[s], tail[s][2])
+    _add_joint_sync(tail, dp_list, _tied_embedding_sync_s(model, layout, groups, comm, params), (0, layout.pp - 1))
+    _add_joint_sync(tail, dp_list, _grad_stats_sync_s(groups, comm, params), range(layout.pp))
     return dp_list, opt_list, tail
+
+
+# torch.float: the grad norm's and the zero count's all-reduced scalar (megatron-core 0.8.0 optimizer/
+# clip_grads.py get_grad_norm_fp32, count_zeros_fp32: one-element fp32 tensors)
+GRAD_STAT_BYTES = 4.0
+
+
+def _grad_stats_sync_s(groups: _Groups, comm: _Comm, params: TrainParams) -> float:
+    """The optimizer step's scalar all-reduces before it updates: gradient clipping's global norm
+    (comm.grad_norm_all_reduce) and the zero count (comm.grad_zeros_all_reduce), each GRAD_STAT_BYTES over
+    groups.grad_stats (megatron-core 0.8.0 optimizer/optimizer.py MixedPrecisionOptimizer.step: clip_grad_norm
+    under clip_grad > 0, then count_zeros under log_num_zeros_in_grad). Latency-bound. 0 s on one rank. Not
+    counted: a second norm of the expert parameters' optimizer where its group differs (0.8.0 ChainedOptimizer
+    under ZeRO 0 with experts; 0.12.0 shares one all-reduce where the groups are the same), fp16's found-inf
+    all-reduce (bf16 has no loss scaler)."""
+    count = int(params.comm.grad_norm_all_reduce) + int(params.comm.grad_zeros_all_reduce)
+    if count == 0 or len(groups.grad_stats) < 2:
+        return 0.0
+    return count * comm.one("all_reduce", groups.grad_stats, GRAD_STAT_BYTES)
 
 
 def _tied_embedding_sync_s(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, params: TrainParams) -> float:
@@ -1555,16 +1594,67 @@ def _tied_embedding_sync_s(model: Any, layout: TrainLayout, groups: _Groups, com
     return comm.one("all_reduce", groups.embedding, table * params.comm.grad_reduce_bytes_per_param)
 
 
-def _add_tied_embedding_sync(tail: list[tuple[float, float, float]], dp_list: list[float], sync_s: float) -> None:
-    """The tied embedding's all-reduce (`sync_s`, _tied_embedding_sync_s) into the first and last stage's
-    exposed sync, in place: it starts when both have finished their own gradient sync (a collective of the
-    two; finalize_model_grads runs it after finish_grad_sync, not overlapped) and the optimizer step of each
-    follows it. Each stage's `dp` becomes the wait for the other and the all-reduce on top of its own."""
-    if sync_s <= 0:
+def _sp_grad_sync_s(model: Any, layout: TrainLayout, groups: _Groups, comm: _Comm, params: TrainParams) -> list[float]:
+    """Per stage, the all-reduce over its TP group of the gradients its TP ranks hold whole but compute from
+    their own sequence slice under sequence parallelism (comm.sp_grad_all_reduce; megatron-core 0.8.0
+    distributed/finalize_model_grads.py _allreduce_layernorm_grads: flattened into one buffer after
+    finish_grad_sync): sp_grad_elements(model, layout, s) at grad_reduce_bytes_per_param (main_grad's dtype).
+    Zeros without sequence parallelism, under LoRA (the norms and router are frozen) or with the switch off."""
+    c = params.comm
+    if not (layout.sp and c.sp_grad_all_reduce) or getattr(model, "adapter_rank", 0):
+        return [0.0] * layout.pp
+    return [comm.one("all_reduce", groups.tp[s], sp_grad_elements(model, layout, s) * c.grad_reduce_bytes_per_param)
+            for s in range(layout.pp)]
+
+
+def sp_grad_elements(model: Any, layout: TrainLayout, stage: int) -> float:
+    """Elements of the gradients pipeline stage `stage` all-reduces over TP under sequence parallelism: its
+    layers' (every model chunk's; sp_layer_grad_elements) and the final norm on the last stage."""
+    per_layer, final_norm = sp_layer_grad_elements(model)
+    chunks = layout_stage_layers(int(model.num_layers), layout)
+    layers = [i for chunk in range(layout.vpp) for i in chunks[chunk * layout.pp + stage]]
+    return sum(per_layer[i] for i in layers) + (final_norm if stage == layout.pp - 1 else 0.0)
+
+
+@lru_cache(maxsize=256)
+def sp_layer_grad_elements(model: Any) -> tuple[tuple[float, ...], float]:
+    """(per layer, the final norm's) elements of the parameters every TP rank holds whole whose gradients
+    Megatron all-reduces over TP under sequence parallelism (megatron-core 0.8.0 / 0.12.0: the parameters
+    marked `sequence_parallel`, and q_layernorm / k_layernorm): a layer's norms (hidden, x 2 with LayerNorm's
+    bias; a hybrid block one, Gemma's sandwich four: TE layer_norm_weight / _bias, TENorm), its q and k norms
+    (head_dim each, Qwen3), MLA's latent norms (q_lora_rank, kv_lora_rank: TELayerNormColumnParallelLinear of
+    the up projections), the row-parallel biases (the attention output's, a dense or shared FFN's down: TE
+    Linear row mode, LayerNormMLP fc2_bias) and an MoE layer's router (hidden x experts: moe/router.py). Not
+    counted: the routed experts' biases and 0.12.0's shared-expert gate (hidden x 1)."""
+    h = int(model.hidden)
+    norm = h * (2 if getattr(model, "layernorm", False) else 1)
+    norms = 1 if getattr(model, "layer_pattern", "") else int(getattr(model, "norms_per_layer", 2))
+    out = []
+    for shape in layer_shapes(model):
+        names = {g.name: g for g in shape.gemms}
+        n = float(norms * norm)
+        n += 2 * shape.qk_head_dim if "qkv" in names and getattr(model, "qk_norm", False) else 0
+        n += int(getattr(model, "q_lora_rank", 0) or 0) if "q_down" in names else 0
+        n += int(getattr(model, "kv_lora_rank", 0) or 0) if "kv_down" in names else 0
+        n += h if "o" in names and getattr(model, "o_bias", False) else 0
+        n += h * (("mlp_down" in names) + ("shared_down" in names)) if getattr(model, "mlp_bias", False) else 0
+        n += names["router"].params if "router" in names else 0
+        out.append(n)
+    return tuple(out), float(norm)
+
+
+def _add_joint_sync(tail: list[tuple[float, float, float]], dp_list: list[float], sync_s: float,
+                    stages: Iterable[int]) -> None:
+    """A collective of `stages` after their own gradient sync (`sync_s`: the tied embedding's all-reduce of
+    the first and last stage, _tied_embedding_sync_s; the grad norm's of every stage, _grad_stats_sync_s) into
+    their exposed sync, in place: it starts when all of them have synced (finalize_model_grads and the
+    optimizer run it after finish_grad_sync, not overlapped) and the optimizer step of each follows it. Each
+    stage's `dp` becomes the wait for the others and the collective on top of its own."""
+    joint = sorted(set(stages))
+    if sync_s <= 0 or not joint:
         return
-    ends = (0, len(tail) - 1)
-    start = max(tail[s][0] + tail[s][1] for s in ends)
-    for s in ends:
+    start = max(tail[s][0] + tail[s][1] for s in joint)
+    for s in joint:
         end, _, opt = tail[s]
         dp_list[s] = start + sync_s - end
         tail[s] = (end, dp_list[s], opt)

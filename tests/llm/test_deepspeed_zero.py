@@ -71,7 +71,8 @@ def test_a_bucket_count_without_buckets_is_refused():
 
 def _dp_exposed(comm: CommParams, zero: int) -> float:
     lay = TrainLayout(dp=8, zero=zero, recompute="full")
-    params = TrainParams(comm=comm, memory=MemoryParams(grad_bytes_per_param=2.0))
+    params = TrainParams(comm=comm.model_copy(update={"grad_norm_all_reduce": False}),   # the DP sync alone
+                         memory=MemoryParams(grad_bytes_per_param=2.0))
     return train_step_cost(QWEN, lay, ONE_NODE, sequences=uniform_sequences(32, 1024), params=params).comm_exposed_s["dp"]
 
 

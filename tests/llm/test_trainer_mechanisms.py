@@ -43,7 +43,9 @@ SEQS = uniform_sequences(32, 1024)
 
 
 def _params(**comm) -> TrainParams:
-    return TrainParams(comm=CommParams(**comm))
+    """`comm` without the step tail's own collectives (the SP norms' all-reduce, the grad norm's): these tests
+    price the DP sync (tests/llm/test_finalize_grads.py prices those)."""
+    return TrainParams(comm=CommParams(**{"sp_grad_all_reduce": False, "grad_norm_all_reduce": False, **comm}))
 
 
 def test_fsdp_gather_is_the_all_gather_of_the_layer_shard() -> None:
@@ -62,7 +64,7 @@ def test_fsdp_gather_is_the_all_gather_of_the_layer_shard() -> None:
 
 def test_fsdp_overlap_lowers_the_step_and_defaults_to_the_dp_fraction() -> None:
     lay = TrainLayout(dp=8, zero=3, recompute="full")
-    base = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
+    base = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=_params())
     same = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
                            params=_params(fsdp_gather_overlap_fraction=0.0, fsdp_reduce_overlap_fraction=0.0))
     hidden = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed",
@@ -393,13 +395,13 @@ def test_userbuffers_price_each_collective_beside_its_gemm_and_leave_moe_layers(
     gemms = gemm_times(layer, np.array([1024.0]), tp=4, ep=1, rates=rates, params=compute)
     fwd, bwd = _userbuffer_tp(_tp_blocks(layer), gemms, gather, scatter, 4, 4)
     assert on.comm_exposed_s["tp"] == pytest.approx(32 // 2 * QWEN.num_layers * (fwd[0] + bwd[0]), rel=1e-6)
-    off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed")
+    off = train_step_cost(QWEN, lay, TOPO, sequences=SEQS, packing="packed", params=_params())
     assert on.comm_exposed_s["tp"] < off.comm_exposed_s["tp"]
     moe = load_model("qwen3-30b-a3b")
     assert _tp_blocks(layer_shapes(moe)[-1]) is None
     moe_lay = TrainLayout(tp=2, ep=4, dp=4, recompute="full", micro_batch=1)
     a = train_step_cost(moe, moe_lay, TOPO, sequences=SEQS, packing="packed", params=_params(tp_userbuffers=True))
-    b = train_step_cost(moe, moe_lay, TOPO, sequences=SEQS, packing="packed")
+    b = train_step_cost(moe, moe_lay, TOPO, sequences=SEQS, packing="packed", params=_params())
     assert a.step_time_s == b.step_time_s
 
 

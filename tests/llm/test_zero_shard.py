@@ -104,7 +104,7 @@ def test_zero1_sync_and_optimizer_follow_the_shard_group():
     """ZeRO-1 with no overlap: the exposed DP time is the shard group's reduce-scatter and weight
     all-gather plus the copies' all-reduce of a shard; the optimizer updates 1 / shard of the model."""
     net = CollectiveModel(TWO_NODES)
-    params = TrainParams(comm=CommParams(dp_overlap_fraction=0.0))
+    params = TrainParams(comm=CommParams(dp_overlap_fraction=0.0, grad_norm_all_reduce=False))
     seqs = uniform_sequences(32, 1024)
     lay = TrainLayout(dp=16, zero=1, recompute="full", zero_shard_size=8)
     hsdp = train_step_cost(QWEN, lay, TWO_NODES, sequences=seqs, params=params)
@@ -129,7 +129,7 @@ def test_without_reshard_after_forward_the_backward_gathers_nothing_and_every_la
 
     one_node = load_topology({"preset": "dgx-h100", "nodes": 1})
     lay, seqs = TrainLayout(dp=8, zero=3, recompute="full"), uniform_sequences(32, 1024)
-    comm = CommParams(fsdp_gather_overlap_fraction=0.0, fsdp_reduce_overlap_fraction=1.0)
+    comm = CommParams(fsdp_gather_overlap_fraction=0.0, fsdp_reduce_overlap_fraction=1.0, grad_norm_all_reduce=False)
     resharded = train_step_cost(QWEN, lay, one_node, sequences=seqs, params=TrainParams(comm=comm))
     kept = train_step_cost(QWEN, lay, one_node, sequences=seqs,
                            params=TrainParams(comm=comm, memory=MemoryParams(zero3_reshard_after_forward=False)))
