@@ -1496,6 +1496,33 @@ class TrainSoftware:
     # on the last stage and all-reduces their gradients: llm/training.py _tied_embedding_sync_s). The
     # planner searches pp 1 alone for such a model there (search_limits).
     tied_pipeline_refusal: str = ""
+    # Whether the stack's Megatron-Core refuses the allgather token dispatcher beside variable_seq_lengths=True
+    # (comm.pp_variable_seq_lengths, read at pp > 1): megatron-core 0.10.0 on (DISPATCHER_VARIABLE_LENGTH_REFUSAL);
+    # 0.8.0 has no such check, and Megatron-LM of 2021 / 2022 no token dispatcher.
+    refuses_allgather_variable_lengths: bool = False
+
+    def refused_dispatcher(self, layout: Mapping[str, Any], comm: "CommParams") -> str | None:
+        """The refusal of `layout`'s pipeline (pp > 1) beside comm.moe_token_dispatcher allgather and
+        comm.pp_variable_seq_lengths true on a stack whose Megatron-Core refuses the pair
+        (refuses_allgather_variable_lengths); None otherwise."""
+        pp = layout.get("pp", 1)
+        if (not self.refuses_allgather_variable_lengths or comm.moe_token_dispatcher != "allgather"
+                or not comm.pp_variable_seq_lengths or pp in (1, None)):
+            return None
+        return (f"the allgather token dispatcher (train_params.comm.moe_token_dispatcher) beside variable-length "
+                f"pipeline sends (train_params.comm.pp_variable_seq_lengths: true, Megatron's variable_seq_lengths) "
+                f"at pp={pp}: {self.name} (Megatron-Core 0.10 or later) refuses the pair at start-up "
+                f"({DISPATCHER_VARIABLE_LENGTH_REFUSAL})")
+
+    def check_dispatcher(self, layout: Mapping[str, Any], comm: "CommParams", source: str | None = None) -> None:
+        """RlsimError at workload.train_params.comm.moe_token_dispatcher where refused_dispatcher refuses
+        `layout` beside `comm`, naming the three fixes."""
+        refused = self.refused_dispatcher(layout, comm)
+        if refused:
+            raise RlsimError(refused, source=source, field=DISPATCHER_FIELD,
+                             fix=f"set {DISPATCHER_FIELD}: alltoall, or workload.train_params.comm."
+                                 "pp_variable_seq_lengths: false (one p2p shape, each micro-batch padded to the "
+                                 "longest, as NeMo RL runs it), or workload.train_layout.pp: 1")
 
     def refused_tied_pipeline(self, layout: Mapping[str, Any], model: Any) -> str | None:
         """The message "pp=<p>: <stack> ... (the trainer's refusal)" where `layout` pipelines (pp > 1) a `model` whose
@@ -1591,6 +1618,16 @@ MEGATRON_2021 = TrainSoftware(
 # ../shared/reference/published-results.md V6 notes). Megatron-LM of 2021 / 2022 had no MoE layers:
 # those stacks split any experts over their TP (etp = tp).
 MCORE_EXPERT_TENSOR_PARALLEL = True
+# megatron-core 0.10.0 (and 0.12.0, 0.13.0) transformer/transformer_config.py TransformerConfig.__post_init__:
+# `if self.moe_token_dispatcher_type in ['allgather', 'alltoall_seq']: if self.variable_seq_lengths is True:
+# raise ValueError("Token dispatcher type: ... does not support variable sequence length, please use alltoall
+# dispatcher instead.")`; 0.8.0 has no such check. The frameworks rlsim imports run Megatron-Core 0.12 or later
+# (verl, NeMo RL's Megatron-Bridge, AReaL, SkyRL), the versions the megatron-core stacks stand for.
+DISPATCHER_VARIABLE_LENGTH_REFUSAL = ("megatron-core 0.10.0 transformer/transformer_config.py __post_init__: "
+                                      "'Token dispatcher type: allgather does not support variable sequence length, "
+                                      "please use alltoall dispatcher instead.'")
+MCORE_REFUSES_ALLGATHER_VARIABLE_LENGTHS = True
+DISPATCHER_FIELD = "workload.train_params.comm.moe_token_dispatcher"
 
 # Megatron-Core (NVIDIA/Megatron-LM core_r0.x, 2024-2025) with its default flags: FlashAttention
 # (--attention-backend flash / TE fused attention), sequence parallelism with TP (arXiv 2205.05198),
@@ -1603,6 +1640,7 @@ MEGATRON_CORE = TrainSoftware(
     name="megatron-core", params=TrainParams(),
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
     pipeline_parallel=True, tensor_parallel=True, expert_tensor_parallel=MCORE_EXPERT_TENSOR_PARALLEL,
+    refuses_allgather_variable_lengths=MCORE_REFUSES_ALLGATHER_VARIABLE_LENGTHS,
     source="NVIDIA/Megatron-LM megatron/core (training/arguments.py defaults); arXiv 2205.05198")
 
 # Megatron-LM as in Korthikanti et al. 2022 (arXiv 2205.05198): sequence parallelism with TP
@@ -1639,6 +1677,7 @@ MEGATRON_CORE_OVERLAP = TrainSoftware(
                                        sp_backward_allgather=True, sp_backward_allgather_overlap_fraction=0.8)),
     recompute=("selective", "none", "full"), zero=(1, 0, 2, 3), sequence_parallel=None, context_parallel=True,
     pipeline_parallel=True, tensor_parallel=True, expert_tensor_parallel=MCORE_EXPERT_TENSOR_PARALLEL,
+    refuses_allgather_variable_lengths=MCORE_REFUSES_ALLGATHER_VARIABLE_LENGTHS,
     source="NVIDIA/Megatron-LM README (r0.8.0 performance runs); megatron-core 0.8.0 megatron/core/distributed "
            "(bucket size, overlap), optimizer/distrib_optimizer.py; transformer-engine 1.9.0 "
            "pytorch/module/base.py initialize_ub (userbuffer methods)")

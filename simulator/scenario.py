@@ -2369,6 +2369,7 @@ def _validate_as_given(data: dict[str, Any], source: str) -> Scenario:
                          source=source, field="schedule.between_gen_batches",
                          fix="remove schedule.between_gen_batches (or give workload.dynamic_sampling)")
     _refuse_inapplicable_training_key(scenario, source, workload_file, set_keys)
+    _refuse_dispatcher_beside_variable_lengths(scenario, source, workload_file, set_keys)
     _refuse_a_batch_that_never_fills(scenario, source)
     for field, why, fix in _read_past_keys(scenario):
         raise ReadPastError(why, source=source, field=field, fix=fix)
@@ -2422,6 +2423,20 @@ def _refuse_inapplicable_training_key(scenario: Scenario, source: str, workload_
         field, message, fix = found
         raise RlsimError(message, source=_error_source([field], source, workload_file, set_keys), field=field,
                          fix=fix)
+
+
+def _refuse_dispatcher_beside_variable_lengths(scenario: Scenario, source: str, workload_file: str | None,
+                                               set_keys: Iterable[str]) -> None:
+    """The allgather token dispatcher beside variable-length pipeline sends at pp > 1 on a stack whose
+    Megatron-Core refuses the pair (params.TrainSoftware.check_dispatcher) is an error; a planned layout is
+    checked where the planner has picked it (rl/llm_costs.py LlmCosts)."""
+    w = scenario.workload
+    if not isinstance(w.train_layout, Mapping):
+        return
+    fields = ["workload.train_params.comm.moe_token_dispatcher", "workload.train_params.comm.pp_variable_seq_lengths",
+              "workload.train_layout.pp"]
+    TRAIN_SOFTWARE[w.train_software].check_dispatcher(w.train_layout, w.train_params.comm,
+                                                      _error_source(fields, source, workload_file, set_keys))
 
 
 ReadPast = list[tuple[str, str, str]]   # (full dotted field, why it is read past, the fix)

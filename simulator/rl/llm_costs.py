@@ -547,6 +547,7 @@ class LlmCosts:
         self.train_layout_map = {k: v for k, v in train_map.items() if k != "dp"}
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
         refuse_tied_pipeline(w.train_software, self.model, self.train_layout_map, src, self.models, w.critic_model)
+        TRAIN_SOFTWARE[w.train_software].check_dispatcher(self.train_layout_map, w.train_params.comm, src)
         # a dp the user gave (validated here): the pool sets dp, which run_schedule checks against it
         given = w.train_layout if isinstance(w.train_layout, dict) else {}
         self.given_train_dp = TrainLayout.from_mapping({"dp": given["dp"]}, source=src).dp if "dp" in given else None

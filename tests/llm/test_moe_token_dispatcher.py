@@ -147,3 +147,41 @@ def test_the_dispatcher_where_no_token_moves_is_refused() -> None:
         _load("workload.model=qwen3-30b-a3b", "workload.train_layout.tp=1", f"{FIELD}=allgather")
     assert exc.value.field == FIELD and "ep above 1" in exc.value.fix
     _load("workload.model=qwen3-30b-a3b", "workload.train_layout.ep=2", f"{FIELD}=allgather")
+
+
+MOE_PIPELINE = ("workload.model=qwen3-30b-a3b", "workload.train_layout.ep=2", "workload.train_layout.pp=2")
+
+
+def test_allgather_beside_variable_length_pipeline_sends_is_refused_as_megatron_core_refuses_it() -> None:
+    """megatron-core 0.10.0 transformer_config.py refuses the allgather dispatcher beside variable_seq_lengths=True
+    (comm.pp_variable_seq_lengths, the default, read at pp > 1): the scenario is refused at the dispatcher, naming
+    the pair and the three ways out."""
+    with pytest.raises(RlsimError) as exc:
+        _load(*MOE_PIPELINE, f"{FIELD}=allgather")
+    err = exc.value
+    assert err.field == FIELD
+    assert "pp_variable_seq_lengths" in str(err) and "pp=2" in str(err) and "megatron-core 0.10.0" in str(err)
+    assert f"{FIELD}: alltoall" in err.fix and "pp_variable_seq_lengths: false" in err.fix
+    assert "train_layout.pp: 1" in err.fix
+
+
+@pytest.mark.parametrize("way_out", [("workload.train_params.comm.pp_variable_seq_lengths=false",),
+                                     ("workload.train_layout.pp=1",), (f"{FIELD}=alltoall",),
+                                     ("workload.train_software=megatron-2022",)])   # no Megatron-Core check there
+def test_each_way_out_of_the_dispatcher_refusal_loads(way_out: tuple[str, ...]) -> None:
+    _load(*MOE_PIPELINE, f"{FIELD}=allgather", *way_out)
+
+
+def test_the_stacks_that_refuse_the_pair() -> None:
+    from simulator.params import TRAIN_SOFTWARE
+
+    allgather = CommParams(moe_token_dispatcher="allgather")
+    refusing = {name for name, stack in TRAIN_SOFTWARE.items() if stack.refused_dispatcher({"pp": 2}, allgather)}
+    assert refusing == {"megatron-core", "megatron-core-overlap"}
+    core = TRAIN_SOFTWARE["megatron-core"]
+    assert core.refused_dispatcher({"pp": 1}, allgather) is None   # one stage: no p2p shape to exchange
+    assert core.refused_dispatcher({"pp": 2}, CommParams(moe_token_dispatcher="allgather",
+                                                         pp_variable_seq_lengths=False)) is None
+    with pytest.raises(RlsimError) as exc:   # a layout the planner picked (LlmCosts checks it)
+        core.check_dispatcher({"tp": 2, "pp": 4, "ep": 2}, allgather, "plan")
+    assert exc.value.field == FIELD and "pp=4" in str(exc.value)
