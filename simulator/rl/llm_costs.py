@@ -337,6 +337,15 @@ def refuse_tied_pipeline(software: str, model: ModelSpec, layout: Mapping[str, A
                          fix=f"{stack.tied_pipeline_fix()}; or a workload.critic_model without tied embeddings")
 
 
+def refuse_stack_layout(workload: Any, model: ModelSpec, layout: Mapping[str, Any], source: str | None,
+                        models: Mapping[str, ModelSpec]) -> None:
+    """RlsimError where the training stack refuses the training layout (given or planned) for this workload:
+    its pipeline stages for a tied model (refuse_tied_pipeline), or beside the allgather token dispatcher and
+    variable-length sends (params.TrainSoftware.check_dispatcher: Megatron-Core 0.10+)."""
+    refuse_tied_pipeline(workload.train_software, model, layout, source, models, workload.critic_model)
+    TRAIN_SOFTWARE[workload.train_software].check_dispatcher(layout, workload.train_params.comm, source)
+
+
 def pipeline_rule_model(scenario: Any, actor: ModelSpec) -> ModelSpec:
     """The model whose pipeline rule binds the training layout, for the planner's search (TrainSoftware
     .search_limits): ``actor`` (the model planned), or PPO's workload.critic_model where the training stack
@@ -546,8 +555,7 @@ class LlmCosts:
         inference, roll_map = self._engine_constants(roll_map)
         self.train_layout_map = {k: v for k, v in train_map.items() if k != "dp"}
         self.train_template = TrainLayout.from_mapping({**self.train_layout_map}, source=src)
-        refuse_tied_pipeline(w.train_software, self.model, self.train_layout_map, src, self.models, w.critic_model)
-        TRAIN_SOFTWARE[w.train_software].check_dispatcher(self.train_layout_map, w.train_params.comm, src)
+        refuse_stack_layout(w, self.model, self.train_layout_map, src, self.models)
         # a dp the user gave (validated here): the pool sets dp, which run_schedule checks against it
         given = w.train_layout if isinstance(w.train_layout, dict) else {}
         self.given_train_dp = TrainLayout.from_mapping({"dp": given["dp"]}, source=src).dp if "dp" in given else None

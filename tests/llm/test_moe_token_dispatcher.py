@@ -185,3 +185,14 @@ def test_the_stacks_that_refuse_the_pair() -> None:
     with pytest.raises(RlsimError) as exc:   # a layout the planner picked (LlmCosts checks it)
         core.check_dispatcher({"tp": 2, "pp": 4, "ep": 2}, allgather, "plan")
     assert exc.value.field == FIELD and "pp=4" in str(exc.value)
+
+
+def test_a_planned_pipeline_beside_allgather_is_refused_where_the_run_takes_it() -> None:
+    from simulator.rl.llm_costs import LlmCosts
+
+    sc = _load("workload.model=qwen3-30b-a3b", "workload.train_layout=auto", "workload.rollout_layout.tp=2",
+               f"{FIELD}=allgather")   # loads: the planner may pick one stage
+    with pytest.raises(RlsimError) as exc:
+        LlmCosts(sc, load_topology(sc.topology), auto_layouts={"train": {"tp": 2, "pp": 2, "ep": 2}})
+    assert exc.value.field == FIELD and "pp=2" in str(exc.value)
+    LlmCosts(sc, load_topology(sc.topology), auto_layouts={"train": {"tp": 2, "pp": 1, "ep": 2}})
