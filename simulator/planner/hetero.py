@@ -260,7 +260,7 @@ class HeteroStepModel:
                 global_microbatches, dp)
         replica_s = [fill[d] + microbatches[d] * per_mb[d] for d in range(dp)]
         step = (max(replica_s) + self._sync_s(ranks, tp, pp, dp, zero, layers, max(microbatches))
-                + self._tied_embedding_sync_s(ranks, tp, pp, dp))
+                + self._tied_embedding_sync_s(ranks, tp, pp, dp) + self._grad_stats_sync_s(ranks, tp, pp, dp, zero))
         peak_sum = sum(self.topology.device_spec(r).peak(p.dtype) for r in ranks)
         tokens = global_microbatches * self.mb * self.seq_len
         util = self.model_flops_per_token * tokens / (step * peak_sum)
@@ -309,6 +309,21 @@ class HeteroStepModel:
         table = embedding_params(self.model)[0] / tp * self.train_params.comm.grad_reduce_bytes_per_param
         return max(self.collectives.cost("all_reduce", [line[0], line[-1]], table).time_s
                    for line in groups(ranks, "pp", tp, 1, dp, pp))
+
+    def _grad_stats_sync_s(self, ranks: Sequence[int], tp: int, pp: int, dp: int, zero: int) -> float:
+        """Gradient clipping's scalar all-reduces before the optimizer updates (llm/training.py
+        _grad_stats_sync_s: the global norm, comm.grad_norm_all_reduce, and the zero count,
+        comm.grad_zeros_all_reduce), each of GRAD_STAT_BYTES over every rank with ZeRO >= 1 (the distributed
+        optimizer's world), else one replica's tp x pp ranks; 0 on one rank."""
+        from ..llm.training import GRAD_STAT_BYTES
+
+        comm = self.train_params.comm
+        count = int(comm.grad_norm_all_reduce) + int(comm.grad_zeros_all_reduce)
+        # canonical order, tp fastest, then dp, then pp (placement.groups): replica 0 is tp ranks a stage
+        group = list(ranks) if zero >= 1 else [ranks[t + tp * dp * s] for s in range(pp) for t in range(tp)]
+        if count == 0 or len(group) < 2:
+            return 0.0
+        return count * self.collectives.cost("all_reduce", group, GRAD_STAT_BYTES).time_s
 
     def _stage_param_count(self, pp: int) -> Callable[[int, int, int], float]:
         """params(stage, first layer, layer count) of a pipeline of pp stages: its layers' (prefix sums

@@ -265,9 +265,36 @@ def test_a_tied_embedding_adds_the_first_and_last_stage_all_reduce_as_the_traini
     assert stm._tied_embedding_sync_s(list(range(32)), tp, 1, 16) == 0.0   # pp 1: one copy
 
 
+@pytest.mark.parametrize("zero", [0, 1])
+def test_the_grad_norm_all_reduce_is_priced_over_the_groups_the_training_model_takes(zero):
+    """Gradient clipping's fp32 norm is all-reduced before the optimizer step (llm/training.py
+    _grad_stats_sync_s): over every rank with the distributed optimizer, over one replica's tp x pp ranks at
+    ZeRO 0; switched off by comm.grad_norm_all_reduce, doubled by the zero count."""
+    from simulator.llm.training import GRAD_STAT_BYTES
+
+    model = load_model("gpt-7.5b")
+    topo = load_topology({"preset": "dgx-h100", "nodes": 4})
+    tp, pp, dp = 2, 2, 8
+    ranks = list(range(32))
+    on = HeteroStepModel(model, topo, 2048, 1)
+    comm = on.train_params.comm
+    params_with = {flags: on.train_params.model_copy(update={"comm": comm.model_copy(update={
+        "grad_norm_all_reduce": flags[0], "grad_zeros_all_reduce": flags[1]})}) for flags in [(False, False), (True, True)]}
+    steps = {flags: HeteroStepModel(model, topo, 2048, 1, train_params=train_params).evaluate(
+        ranks, tp, pp, dp, 64, balanced=False, zero=zero).step_time_s for flags, train_params in params_with.items()}
+    base = on.evaluate(ranks, tp, pp, dp, 64, balanced=False, zero=zero).step_time_s
+    group = ranks if zero else [0, 1, 16, 17]   # replica 0: tp ranks 0-1 of stage 0, 16-17 of stage 1
+    one = on.collectives.cost("all_reduce", group, GRAD_STAT_BYTES).time_s
+    assert one > 0
+    assert base - steps[(False, False)] == pytest.approx(one, rel=1e-9)
+    assert steps[(True, True)] - steps[(False, False)] == pytest.approx(2 * one, rel=1e-9)
+
+
 def test_zero_shards_the_optimizer_state_and_prices_the_sync_as_the_training_model():
     """ZeRO-1 fits a layout whose optimizer state does not fit unsharded; its sync is the gradients'
     reduce-scatter and the weights' all-gather, its memory the stack's bytes with the state over DP."""
+    from simulator.llm.training import GRAD_STAT_BYTES
+
     model = load_model("gpt-7.5b")
     topo = load_topology({"preset": "dgx-h100", "nodes": 2})
     stm = HeteroStepModel(model, topo, 2048, 1, params=HeteroParams(dp_overlap_fraction=0.0))
@@ -279,7 +306,9 @@ def test_zero_shards_the_optimizer_state_and_prices_the_sync_as_the_training_mod
     sync = (stm.collectives.cost("reduce_scatter", dp_group, shard * 4.0).time_s
             + stm.collectives.cost("all_gather", dp_group, shard * 2.0).time_s)
     fill = sum(one.stage_time_s[0]) - max(one.stage_time_s[0])
-    assert one.step_time_s == pytest.approx(fill + one.microbatches_per_replica[0] * max(one.stage_time_s[0]) + sync)
+    norm = stm.collectives.cost("all_reduce", ranks, GRAD_STAT_BYTES).time_s   # the grad norm over all ranks
+    assert one.step_time_s == pytest.approx(fill + one.microbatches_per_replica[0] * max(one.stage_time_s[0]) + sync
+                                            + norm)
     with pytest.raises(RlsimError, match="ZeRO 0-2"):
         plan_hetero(model, topo, 64, 2048, zero_values=(3,))
     with pytest.raises(RlsimError, match="unsharded total"):
@@ -526,7 +555,8 @@ def test_deepspeeds_zero2_reduces_in_every_micro_batch_of_the_hetero_step():
 
     model = load_model("llama3.1-8b")
     topo = load_topology({"preset": "dgx-h100", "nodes": 1})
-    comm = CommParams(grad_reduce_bytes_per_param=2.0, zero_grad_reduce="all-reduce", zero2_reduce_every_micro_batch=True)
+    comm = CommParams(grad_reduce_bytes_per_param=2.0, zero_grad_reduce="all-reduce", zero2_reduce_every_micro_batch=True,
+                      grad_norm_all_reduce=False)   # the DP sync alone
     stm = HeteroStepModel(model, topo, 2048, 1, params=HeteroParams(dp_overlap_fraction=0.0),
                           train_params=TrainParams(comm=comm))
     ranks = list(range(8))
