@@ -975,6 +975,31 @@ FAST_RUN_MANY_MIN_SEQUENCES = 16
 # Rounds of _full_slots_finishes before it leaves a walk to the heap (_full_slots_walk): a round per
 # generation of jobs on one slot, 4-6 in the seed step's walks. A speed knob only, like the above.
 FULL_SLOTS_ROUNDS = 24
+# What an engine counts beside its time (RolloutEngine.counts, summed into the run summary's
+# rollout section): summary key -> the engine's attribute.
+ENGINE_COUNTERS = {
+    "preemptions": "preemptions",                                  # sequences preempted (KV pool full)
+    "preemption_reprefill_tokens": "preempted_tokens",             # their contexts then, prefilled again
+    "prefilled_tokens": "prefilled_tokens",                        # tokens prefills computed, in all
+    "prompt_hit_tokens": "prompt_hit_tokens",                      # prompt tokens a sibling's cached pages spared
+    "retained_context_tokens": "retained_tokens",                  # multi-turn: freed contexts kept evictable
+    "evicted_context_tokens": "evicted_tokens",                    # of those, evicted
+    "eviction_reprefill_tokens": "reprefilled_tokens",             # evicted tokens a returning sample prefilled again
+}
+
+
+def no_counts() -> dict[str, int]:
+    """ENGINE_COUNTERS' keys, each 0 (an engine that did nothing, a cost model without engines)."""
+    return dict.fromkeys(ENGINE_COUNTERS, 0)
+
+
+def summed_counts(engines: Sequence[Any]) -> dict[str, int]:
+    """The counts of several engines (anything with ``counts()``) added up."""
+    total = no_counts()
+    for engine in engines:
+        for key, value in engine.counts().items():
+            total[key] += value
+    return total
 
 
 class RolloutEngine:
@@ -1023,6 +1048,9 @@ class RolloutEngine:
         self.retained_tokens = 0       # pages finished sequences left in the cache, in all
         self.evicted_tokens = 0        # of those, evicted by other sequences' allocations
         self.reprefilled_tokens = 0    # context tokens returning sequences prefilled again, evicted
+        self.prefilled_tokens = 0      # tokens computed by prefills (admissions), in all
+        self.prompt_hit_tokens = 0     # prompt tokens admissions did not compute: a running sibling held them (_share)
+        self.preempted_tokens = 0      # contexts (prompt + generated) of preempted sequences then: prefilled again
         self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
         self._added: tuple[list[int], np.ndarray, tuple[int, int, int, float] | None] | None = None   # _as_added
         # Engine state at the current step boundary.
@@ -1050,7 +1078,7 @@ class RolloutEngine:
         self._prefill: tuple[float, float, list[tuple[int, int]]] | None = None  # start, end, (slot, g before)
         self._phase_steps = 0          # decode steps the running sequences made during that prefill
         self.busy_s = 0.0
-        self.preemptions = 0
+        self.preemptions = 0           # sequences preempted (recompute) or retracted when the KV pool was full
         self.generated_tokens = 0
         # SGLang-style admission (params.admission "reserve"): the new-token ratio as (decode step,
         # ratio then), whether an admission found no room since the last finish, each request's cap
@@ -1209,6 +1237,11 @@ class RolloutEngine:
     def take_waits(self) -> list[tuple[float, float]]:
         """No tool waits: each request is one generation (multi_turn_server.MultiTurnServer has them)."""
         return []
+
+    def counts(self) -> dict[str, int]:
+        """What the engine did so far beside its time (ENGINE_COUNTERS: summary key -> count); the
+        array run and the event loop count the same."""
+        return {key: int(getattr(self, name)) for key, name in ENGINE_COUNTERS.items()}
 
     def advance_to(self, t: float) -> list[Finished]:
         """Run to time t; the sequences that finished by then, in finish order."""
@@ -1588,6 +1621,7 @@ class RolloutEngine:
                 self._unshare(slot)
             self._waiting.append(slot)
             self.preemptions += 1
+            self.preempted_tokens += p[slot] + made
         generated = sum(g[slot] + step - sadm[slot] for slot in order)
         ratio = (generated + headroom * self._n) / (self._n * self._max_new) if self._n else 1.0
         self._ratio_from = (step, min(1.0, ratio))
@@ -1762,6 +1796,7 @@ class RolloutEngine:
                 self._unshare(slot)
             self._waiting.appendleft(slot)
             self.preemptions += 1
+            self.preempted_tokens += self._p[slot] + g
 
     def _admit(self) -> None:
         waiting, p, g_of, arrival, state = self._waiting, self._p, self._g, self._arrival, self._state
@@ -1804,6 +1839,7 @@ class RolloutEngine:
                 pieces.append((own, own * kept + own * (own + 1) / 2.0))
             elif members:   # the prompt's KV is cached (a running member holds its pages)
                 pieces.append(_hit_piece(ctx, p[slot]))
+                self.prompt_hit_tokens += ctx - pieces[-1][0]
             else:
                 pieces.append((ctx, ctx * (ctx + 1) / 2.0))
             if key is not None:
@@ -1814,6 +1850,7 @@ class RolloutEngine:
             held += new
         if not admitted:
             return
+        self.prefilled_tokens += sum(tokens for tokens, _ in pieces)
         if lru and held + seq_kv * n + self._retained > cap:   # the admitted ones' pages evict freed contexts'
             self._evict(held + seq_kv * n)
         duration, ride = self._prefill_time(pieces, n0, held + seq_kv * n)
@@ -2352,8 +2389,8 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
     total = len(ev.steps)
     pre = np.zeros(total)
     has = ev.admitted > 0
-    tokens, pairs = _prefill_work(cost, ctx, p_jobs, job_event, total, _prefix_hits(engines, walks, groups, jobs, fin_slots,
-                                                                                   job_event, fin_event))
+    tokens, pairs, hit_tokens = _prefill_work(cost, ctx, p_jobs, job_event, total,
+                                              _prefix_hits(engines, walks, groups, jobs, fin_slots, job_event, fin_event))
     if has.sum() <= _SCALAR_PREFILLS:   # a few: prefill_s itself, cheaper than the array form
         pre[has] = [cost.prefill_s(t, a, k) for t, a, k in
                     zip(tokens[has].tolist(), pairs[has].tolist(), ev.admitted[has].tolist(), strict=True)]
@@ -2394,6 +2431,10 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
         a, b, fa, fb = firsts[e], lasts[e] + 1, fin_at[e], fin_at[e + 1]
         engine.busy_s = busy_ends[e]
         engine.generated_tokens += mades[e]
+        trace.base_counts = engine.counts()   # before the run (its admissions count below)
+        trace.prefilled, trace.hit = tokens[a:b], None if hit_tokens is None else hit_tokens[a:b]
+        engine.prefilled_tokens += int(trace.prefilled.sum())
+        engine.prompt_hit_tokens += 0 if trace.hit is None else int(trace.hit.sum())
         trace.time, trace.end = time[a:b], end[a:b]
         trace.fin_event, trace.out_time, trace.out_ids = fin_event[fa:fb] - a, out_time[fa:fb], out_ids[fa:fb]
         if outbox:   # else the caller takes the finishes from scatter()
@@ -2409,18 +2450,20 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
 
 
 def _prefill_work(cost: StepCost, ctx: np.ndarray, p: np.ndarray, job_event: np.ndarray, events: int,
-                  hits: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens computed, attention pairs) of each of the ``events`` events' prefill, _admit's pieces
-    summed (``ctx``, ``p``: per admitted job): a prefix-cache hit (``hits``, per job; None: none)
-    computes only its own generated tokens, or its prompt's last token when it has none (a hit
-    leaves the last token: _admit). Pairs are integers below 2^53: exact as floats in any order."""
-    tokens, pairs = ctx, ctx * (ctx + 1) // 2
+                  hits: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(tokens computed, attention pairs, prompt tokens hit) of each of the ``events`` events'
+    prefill, _admit's pieces summed (``ctx``, ``p``: per admitted job): a prefix-cache hit
+    (``hits``, per job; None: none, and no hit tokens) computes only its own generated tokens, or
+    its prompt's last token when it has none (a hit leaves the last token: _admit). Pairs are
+    integers below 2^53: exact as floats in any order."""
+    tokens, pairs, hit_tokens = ctx, ctx * (ctx + 1) // 2, None
     if hits is not None:
         hit = np.minimum(p, ctx - 1)
         own = ctx - hit
         tokens = np.where(hits, own, ctx)
         pairs = np.where(hits, own * hit + own * (own + 1) // 2, pairs)
-    return _sums_by(tokens, job_event, events).astype(np.int64), _sums_by(pairs, job_event, events)
+        hit_tokens = _sums_by(np.where(hits, hit, 0), job_event, events).astype(np.int64)
+    return _sums_by(tokens, job_event, events).astype(np.int64), _sums_by(pairs, job_event, events), hit_tokens
 
 
 def _prefix_hits(engines: list[RolloutEngine], walks: list[_Walk], groups: np.ndarray, jobs: np.ndarray,
@@ -2471,10 +2514,25 @@ class _RunTrace:
         self._ids, self._p, self._r, _, _ = engine._record_arrays()   # fixed once added: shared
         self.t0 = engine.t
         self._slots: dict[str, np.ndarray] | None = None
+        # counts_at: the engine's counts before the run, each event's prefilled and prompt-hit tokens
+        self.base_counts: dict[str, int] = no_counts()
+        self.prefilled: np.ndarray = np.zeros(0, np.int64)
+        self.hit: np.ndarray | None = None
 
     def scatter(self, finish_s: np.ndarray) -> None:
         """finish_s[seq_id] = finish time of every sequence the run finished."""
         finish_s[self.out_ids] = self.out_time
+
+    def counts_at(self, now: float) -> dict[str, int]:
+        """The engine's counts (RolloutEngine.counts) after the events up to ``now``, inclusive, as
+        the event loop run to ``now`` leaves them: an event's admissions count at its time (their
+        prefill starts then). An array run neither preempts nor evicts: prefills and hits only."""
+        counts = dict(self.base_counts)
+        last = int(np.searchsorted(self.time, now, side="right"))
+        counts["prefilled_tokens"] += int(self.prefilled[:last].sum())
+        if self.hit is not None:
+            counts["prompt_hit_tokens"] += int(self.hit[:last].sum())
+        return counts
 
     # -- an interrupt at `now`, from the arrays ------------------------------------------------------
     def _slot_arrays(self) -> dict[str, np.ndarray]:
@@ -2619,6 +2677,17 @@ class ResumableRun:
         while outbox and outbox[0][0] <= key:
             outbox.popleft()
         return engine
+
+    def counts_at(self, now: float) -> dict[str, int]:
+        """The engine's counts (RolloutEngine.counts) once it ran from the start through the events
+        up to ``now``, inclusive (call after ``run``): from the array run's trace, or a copy of the
+        state kept before then advanced to ``now``."""
+        if self._trace is not None:
+            return self._trace.counts_at(now)
+        i = bisect.bisect_right(self._keys, now) - 1
+        engine = self._copies[max(0, i)].copy()
+        engine._run_events(now, True)
+        return engine.counts()
 
     def interrupt_at(self, now: float, keep_finished: bool = True) -> InterruptResult:
         """``interrupt(now)`` of an engine that ran from the start to ``now`` (call after ``run``).

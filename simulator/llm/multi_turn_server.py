@@ -118,6 +118,10 @@ class MultiTurnServer:
         waits, self._waits = self._waits, []
         return waits
 
+    def counts(self) -> dict[str, int]:
+        """The engine's counts (RolloutEngine.counts): its preemptions, prefills, evictions."""
+        return self.engine.counts()
+
     def add_many(self, seq_ids: Sequence[int], prompt_lens: Sequence[int], response_lens: Sequence[int],
                  now: float, generated: Sequence[int] | None = None, group_ids: Sequence[int] | None = None,
                  kept: Sequence[int] | None = None) -> None:

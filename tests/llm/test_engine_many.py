@@ -59,7 +59,7 @@ def engine_groups(draw: st.DrawFn) -> list[list[Case]]:
 
 def _state(engine: RolloutEngine) -> tuple:
     return (engine.t, engine.busy_s, engine.generated_tokens, engine.preemptions, engine._S, engine._K, engine._n,
-            engine._order, tuple(engine._state))
+            engine._order, tuple(engine._state), tuple(engine.counts().items()))
 
 
 def _warmed(engines: list[RolloutEngine], frac: float) -> list[RolloutEngine]:
@@ -100,6 +100,7 @@ def test_engines_run_together_equal_each_run_alone(groups, resumable, warm, at) 
             ids_b, made_b = rb.progress_at(now)
             assert ids_a.tobytes() == ids_b.tobytes() and made_a.tobytes() == made_b.tobytes()
             assert ra.interrupt_at(now) == rb.interrupt_at(now)
+            assert ra.counts_at(now) == rb.counts_at(now)   # the counts by then (RolloutEngine.counts) too
 
 
 def test_fast_runs_of_one_engine_is_its_own_fast_run() -> None:

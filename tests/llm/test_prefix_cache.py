@@ -172,25 +172,30 @@ def _grouped(case: Case, spread: int) -> Case:
 def test_the_event_loop_and_the_array_run_agree(monkeypatch, case, spread, frac, every) -> None:
     """Samples of few prompts over several admissions (small max_num_seqs, a tight KV cache,
     preemptions, staggered adds): the array run equals the event loop bit for bit - finishes,
-    busy time, tokens, clock - and a ResumableRun's interrupt (the array trace) a fresh engine's."""
+    busy time, tokens, clock, counts (prefilled and hit tokens) - and a ResumableRun's interrupt
+    and counts at a time (the array trace) a fresh engine's."""
     case = _grouped(case, spread)
     monkeypatch.setattr(inference, "FAST_RUN_MIN_SEQUENCES", 10**9)
     loop = case.build(RolloutEngine)
     done = loop.run()
-    state = (loop.t, loop.busy_s, loop.generated_tokens, loop.preemptions)
+    state = (loop.t, loop.busy_s, loop.generated_tokens, loop.preemptions, loop.counts())
     assert loop._shared == 0 and not loop._share_sets
     now = frac * max(t for _, t in done)
     # (interrupts of one add only, as tests/llm/test_engine_vs_frozen.py: an interrupt inside a
     # prefill of a later add at the same time loses an earlier prefill's finish, on main too)
     fresh = case.build(RolloutEngine).interrupt(now) if len(case.adds) == 1 else None
+    advanced = case.build(RolloutEngine)
+    advanced.advance_to(now)
     monkeypatch.setattr(inference, "FAST_RUN_MIN_SEQUENCES", 1)
     arrays = case.build(RolloutEngine)
     assert arrays.run() == done
-    assert (arrays.t, arrays.busy_s, arrays.generated_tokens, arrays.preemptions) == state
+    assert (arrays.t, arrays.busy_s, arrays.generated_tokens, arrays.preemptions, arrays.counts()) == state
     run = ResumableRun(case.build(RolloutEngine), every)
     assert run.run() == done
     if fresh is not None:
         assert run.interrupt_at(now).partial == fresh.partial
+    if now >= case.adds[-1][0]:   # (a fresh engine's adds ran it to the last one's time)
+        assert run.counts_at(now) == advanced.counts()
 
 
 @settings(max_examples=60, deadline=None)

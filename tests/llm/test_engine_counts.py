@@ -1,0 +1,80 @@
+"""What a rollout engine counts beside its time (RolloutEngine.counts, inference.ENGINE_COUNTERS):
+preemptions and the contexts they re-prefill, tokens prefilled, prompt tokens hit in the prefix
+cache. Closed forms on the event loop and the array run, and the two paths against each other
+(tests/llm/test_prefix_cache.py and test_engine_many.py compare them on random inputs too)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.llm import inference
+from simulator.llm.inference import InferenceParams, ResumableRun, RolloutEngine, RolloutLayout
+from tests.llm.test_prefix_cache import QWEN, _counting, _tiny_kv_device
+
+
+def test_a_pool_too_small_for_two_full_contexts_preempts_one_and_counts_its_context():
+    """Two sequences of P prompt and R response tokens on a pool of C tokens, P + R <= C < 2 (P + R):
+    both are admitted (2 (P + 1) held), each step adds 2, so the step after k = (C - 2 (P + 1)) // 2
+    + 1 decode steps does not fit and the newer is preempted with its context then, P + 1 + k
+    (prompt, the prefill's token, k steps); the older runs alone to its end, then the newer comes
+    back and prefills that context: one preemption, P + 1 + k re-prefilled, 3P + 1 + k prefilled."""
+    engine = RolloutEngine(QWEN, _tiny_kv_device(3000), RolloutLayout(max_num_seqs=4))
+    capacity = engine.capacity
+    prompt = capacity // 4
+    response = capacity - prompt - 10
+    assert prompt + response <= capacity < 2 * (prompt + response) and engine.seq_kv == 0
+    engine.add_many(range(2), [prompt] * 2, [response] * 2, 0.0)
+    assert not engine._fast_ok()   # the pool binds: the event loop
+    tokens = _counting(engine)
+    done = engine.run()
+    k = (capacity - 2 * (prompt + 1)) // 2 + 1
+    counts = engine.counts()
+    assert counts["preemptions"] == engine.preemptions == 1
+    assert counts["preemption_reprefill_tokens"] == prompt + 1 + k
+    assert counts["prefilled_tokens"] == sum(tokens) == 2 * prompt + prompt + 1 + k
+    assert [s for s, _ in done] == [0, 1]
+    assert counts["prompt_hit_tokens"] == counts["evicted_context_tokens"] == counts["eviction_reprefill_tokens"] == 0
+
+
+@pytest.mark.parametrize("path", ["events", "arrays"])
+def test_group_samples_count_the_prompt_tokens_they_hit(monkeypatch, path):
+    """n samples of a prompt P admitted together with prefix caching: the first prefills P, each other
+    one its prompt's last token (a hit of P - 1): P + n - 1 prefilled, (n - 1)(P - 1) hit; no cache:
+    n P prefilled, none hit. On both engine paths."""
+    monkeypatch.setattr(inference, "FAST_RUN_MIN_SEQUENCES", 10**9 if path == "events" else 1)
+    n, prompt = 6, 700
+    for caching, prefilled, hit in ((True, prompt + n - 1, (n - 1) * (prompt - 1)), (False, n * prompt, 0)):
+        engine = RolloutEngine(QWEN, _tiny_kv_device(60000), RolloutLayout(max_num_seqs=8),
+                               InferenceParams(enable_prefix_caching=caching))
+        engine.add_many(range(n), [prompt] * n, [40 + 7 * i for i in range(n)], 0.0, group_ids=[3] * n)
+        assert engine._fast_ok() is (path == "arrays")
+        tokens = _counting(engine)
+        engine.run()
+        counts = engine.counts()
+        assert counts["prefilled_tokens"] == sum(tokens) == prefilled
+        assert counts["prompt_hit_tokens"] == hit and counts["preemptions"] == 0
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_counts_at_a_time_are_a_fresh_engines_run_to_then(monkeypatch, every):
+    """ResumableRun.counts_at(now) (the array trace, or a copy advanced) equals the counts of a fresh
+    engine advanced to ``now``, at every event time and between them, on both paths."""
+    rng = np.random.default_rng(5)
+    n = 24
+    prompts, responses, groups = rng.integers(50, 400, n), rng.integers(5, 300, n), rng.integers(0, 4, n)
+    params = InferenceParams(enable_prefix_caching=True)
+    for device, least in ((_tiny_kv_device(60000), 1), (_tiny_kv_device(1500), 1), (_tiny_kv_device(60000), 10**9)):
+        monkeypatch.setattr(inference, "FAST_RUN_MIN_SEQUENCES", least)
+
+        def build(device=device) -> RolloutEngine:
+            engine = RolloutEngine(QWEN, device, RolloutLayout(max_num_seqs=6), params)
+            engine.add_many(range(n), prompts, responses, 0.0, group_ids=groups)
+            return engine
+        run = ResumableRun(build(), every)
+        times = sorted({t for _, t in run.run()})
+        whole = run.engine.counts()
+        for now in [0.0, *times, *(np.array(times[:-1]) + np.diff(times) / 2).tolist(), times[-1] + 1.0]:
+            fresh = build()
+            fresh.advance_to(now)
+            assert run.counts_at(now) == fresh.counts(), now
+        assert run.counts_at(times[-1]) == whole
