@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .llm.inference import ENGINE_COUNTERS
 from .rl.samples import RetiredSamples
 from .rl.schedules.context import RunRecord
 from .rl.timeline import BUSY_STATES
@@ -221,6 +222,22 @@ def rollout_utilization(rec: RunRecord, generated_tokens: float = 0.0) -> dict[s
     return {"occupancy": float(r.get("slot_s", 0.0)) / inst if inst > 0 else 0.0,
             "low_batch_fraction": float(r.get("low_batch_s", 0.0)) / inst if inst > 0 else 0.0,
             "generate_instance_s": inst}
+
+
+def rollout_counts(rec: RunRecord, generated_tokens: float = 0.0) -> dict[str, int | None]:
+    """What the rollout engines did beyond time, summed over the run (llm.inference.ENGINE_COUNTERS):
+    preemptions (a sequence preempted, vLLM's recompute or SGLang's retraction, when the KV pool
+    was full) and the context tokens they re-prefill (preemption_reprefill_tokens); the tokens
+    prefills computed (prefilled_tokens) and the prompt tokens a sample did not compute because a
+    running sample of its prompt held them in the prefix cache (prompt_hit_tokens); multi-turn, the
+    context tokens samples left cached while out on their tools (retained_context_tokens), of those
+    evicted (evicted_context_tokens), and the evicted ones a returning turn prefilled again
+    (eviction_reprefill_tokens). None for each where the run generated without its engines
+    counting (not measured, rather than 0)."""
+    r = rec.rollout or {}
+    if generated_tokens > 0 and any(key not in r for key in ENGINE_COUNTERS):
+        return dict.fromkeys(ENGINE_COUNTERS)
+    return {key: int(r.get(key, 0)) for key in ENGINE_COUNTERS}
 
 
 # verl's timing_s/<name> phases (../shared/reference/frameworks.md) from rlsim's stages, per step:
@@ -500,7 +517,7 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
         "roofline_tokens_per_s": roofline,
         "samples": sample_counts(fig, its, sc.workload, sc.schedule.step_prompts(sc.workload)),
         "distqueue": {k: float(v) for k, v in rec.queue.items()},
-        "rollout": rollout_utilization(rec, gen_tokens),
+        "rollout": {**rollout_utilization(rec, gen_tokens), **rollout_counts(rec, gen_tokens)},
         "switch_bytes": {k: float(v) for k, v in sorted(rec.switch_bytes.items())},
     }
     verl = verl_phases(rec, timeline)

@@ -51,6 +51,12 @@ class RolloutOutcome:
     # had no work, their cause: tool_wait while samples were out on their tools, long_tail while a
     # lock-step turn waited for the other engines); () where none
     engine_waits: tuple[tuple[Sequence[int], np.ndarray, str], ...] = ()
+    # what the engines did beside their time over the whole run (llm.inference.ENGINE_COUNTERS' keys:
+    # preemptions, tokens prefilled, prompt tokens hit, ...); None: not accounted
+    counts: dict[str, int] | None = None
+    # the run's counts through its events up to a time (s from the run's start, inclusive): a run kept
+    # to be cut or continued (ResumableRun.counts_at); None: the whole run's only (such a run is never cut)
+    counts_at: Callable[[float], dict[str, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,8 @@ class RolloutServer(Protocol):
     # [start, end) stretches since last asked in which the engine had no work while requests it holds
     # were out on their tools (multi-turn: llm/multi_turn_server.py); none for single-turn requests
     def take_waits(self) -> list[tuple[float, float]]: ...
+    # what the engine did so far beside its time (llm.inference.ENGINE_COUNTERS' keys -> counts)
+    def counts(self) -> dict[str, int]: ...
 
 
 class Costs(Protocol):

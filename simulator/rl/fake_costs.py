@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..llm.inference import no_counts
 from ..llm.served import ServedCost
 from .costs import RolloutOutcome, StageCost, SwitchCost
 
@@ -102,7 +103,9 @@ class FakeCosts:
                                             else np.asarray(arrivals, float)[idx])
                 busy[i] = finish[idx].max()
         tokens = float(np.sum(prompt_lens) + np.sum(response_lens))
-        return RolloutOutcome(finish, inst, busy, flops=tokens * self.flops_per_token / 3, start_s=finish - dur)
+        # no KV cache modelled: nothing preempted, hit or evicted, and prefills not counted (all 0)
+        return RolloutOutcome(finish, inst, busy, flops=tokens * self.flops_per_token / 3, start_s=finish - dur,
+                              counts=no_counts())
 
     def forward(self, role, seq_lens, ranks):
         tokens = float(np.sum(seq_lens))
@@ -243,6 +246,10 @@ class FakeServer:
 
     def take_waits(self) -> list[tuple[float, float]]:
         return []
+
+    def counts(self) -> dict[str, int]:
+        """No KV cache modelled: nothing preempted, hit or evicted, and prefills not counted (all 0)."""
+        return no_counts()
 
     def interrupt(self, now):
         finished = self.advance_to(now)

@@ -48,6 +48,7 @@ from ..llm.inference import (
     StepCost,
     instance_device,
     run_all_into,
+    summed_counts,
 )
 from ..llm.layer_costs import with_lora
 from ..llm.memory import SMALLER_MICRO_BATCH, MemoryBreakdown, forward_batch_field, memory_per_device
@@ -870,7 +871,8 @@ class LlmCosts:
         busy[:len(used)] = [share.engine.busy_s for share in shares]
         return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % len(pools), busy, flops=flops,
                               start_s=None if arrivals is None else np.asarray(arrivals, float).copy(),
-                              engine_waits=tuple(entry for entry in waits if len(entry[1])))
+                              engine_waits=tuple(entry for entry in waits if len(entry[1])),
+                              counts=summed_counts([share.engine for share in shares]))
 
     def _engine(self, pool: _Pool) -> RolloutEngine:
         cost = self._step_cost_of(pool)
@@ -893,7 +895,8 @@ class LlmCosts:
         run_all_into(list(engines.values()), [finish] * len(engines))   # each writes its own ids
         for i, engine in engines.items():
             busy[i] = engine.busy_s
-        return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % n_inst, busy, flops=flops)
+        return RolloutOutcome(finish, np.arange(n, dtype=np.int64) % n_inst, busy, flops=flops,
+                              counts=summed_counts(list(engines.values())))
 
     def _rollout_one(self, prompts: np.ndarray, responses: np.ndarray, flops: float, pool: _Pool,
                      groups: np.ndarray | None = None, arrivals: np.ndarray | None = None) -> RolloutOutcome:
@@ -925,7 +928,8 @@ class LlmCosts:
         engine = run if isinstance(run, RolloutEngine) else run.engine
         busy = np.array([engine.busy_s])
         if run is engine:
-            return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops, start_s=arrivals)
+            return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops, start_s=arrivals,
+                                  counts=engine.counts())
 
         def progress_at(stop_s: float) -> np.ndarray:
             out = np.where(finish <= stop_s, responses, 0).astype(float)
@@ -949,7 +953,7 @@ class LlmCosts:
                                     self._rollout_inputs(all_prompts, all_responses)[0], starts)
 
         return RolloutOutcome(finish, np.zeros(len(finish), np.int64), busy, flops=flops, start_s=arrivals,
-                              progress_at=progress_at, extend=extend)
+                              progress_at=progress_at, extend=extend, counts=engine.counts(), counts_at=run.counts_at)
 
     def _flops_line(self, role: str) -> tuple[float, float]:
         """(train FLOPs per token at length 0, their slope per token of length) of the role's model."""

@@ -88,6 +88,18 @@ def test_a_tight_kv_pool_evicts_contexts_out_on_their_tools_and_a_roomy_one_chan
     assert roomy[0] == roomy[1]
 
 
+def test_the_summary_counts_the_evicted_contexts_and_their_re_prefill():
+    # the tight pool above: contexts out on their tools are kept evictable (retained), some evicted,
+    # and the returning turns prefill evicted tokens again; with cache_eviction false nothing is kept
+    # evictable (every context stays: 0 each), and the turns prefill fewer tokens in all
+    tight = "workload.rollout_layout.gpu_memory_utilization=0.21"
+    evicting, kept = (_run(*_turns(4, 2.0, 300, cache_eviction=value), tight)["rollout"] for value in ("true", "false"))
+    assert evicting["eviction_reprefill_tokens"] > 0
+    assert evicting["retained_context_tokens"] >= evicting["evicted_context_tokens"] >= evicting["eviction_reprefill_tokens"]
+    assert kept["retained_context_tokens"] == kept["evicted_context_tokens"] == kept["eviction_reprefill_tokens"] == 0
+    assert evicting["prefilled_tokens"] > kept["prefilled_tokens"]
+
+
 def test_cache_eviction_without_a_prefix_cache_is_refused_by_name():
     with pytest.raises(RlsimError) as refused:
         _run(*_turns(4, 2.0, 300, cache_eviction="false"), "workload.inference.enable_prefix_caching=false")

@@ -133,6 +133,10 @@ class GenPlan:
     extend: Callable[..., Any] | None = None
     # RolloutOutcome.engine_waits: (instance ranks, its engine's idle stretches, seconds from t0, cause)
     engine_waits: tuple[tuple[Any, np.ndarray, str], ...] = ()
+    # RolloutOutcome.counts and .counts_at of the engine run (the root run's, seconds in it, where
+    # the plan is a stretch of one): what its engines did beside their time; None: not accounted
+    counts: dict[str, int] | None = None
+    counts_at: Callable[[float], dict[str, int]] | None = None
 
     @property
     def end_s(self) -> float:

@@ -51,7 +51,8 @@ class Generation:
                 continue
             start = np.zeros(len(seqs)) if out.start_s is None else np.asarray(out.start_s, float)
             plans.append(GenPlan(seqs, seg, remaining, np.asarray(out.finish_s, float), start, out.flops, t0,
-                                 version, where, out.progress_at, extend=out.extend, engine_waits=out.engine_waits))
+                                 version, where, out.progress_at, extend=out.extend, engine_waits=out.engine_waits,
+                                 counts=out.counts, counts_at=out.counts_at))
         return plans
 
     def admit(self, plan: GenPlan, new: SeqBatch, now: float) -> GenPlan:
@@ -96,7 +97,7 @@ class Generation:
                        plan.flops + (grown.flops - root.flops), plan.t0, plan.version, plan.ranks, progress,
                        stored_through=plan.stored_through, streamed=plan.streamed,
                        returns_together=plan.returns_together, root=grown, root_rows=rows, root_offset=offset,
-                       extend=out.extend)
+                       extend=out.extend, counts=out.counts, counts_at=out.counts_at)
 
     def store_finished_by(self, plan: GenPlan, upto_s: float) -> None:
         """Store the plan's sequences that finished by ``plan.t0 + upto_s`` and are not stored yet,
@@ -176,6 +177,7 @@ class Generation:
         for plan, (a, b), end, part in zip(plans, spans, ends, parts, strict=True):
             totals.gen_flops += plan.flops
             self._account_slots(held[a:b], end)
+            self._account_counts(plan, end)
             sums.append(float(part.sum()))
             totals.generated_tokens += sums[-1]
         finished = seg >= np.concatenate([plan.remaining for plan in plans])
@@ -205,6 +207,7 @@ class Generation:
             return (plan.t0, SeqBatch.empty(), 0.0), None
         totals.gen_flops += plan.flops
         end, aborted = self._overprovision_cut(plan)
+        self._account_counts(plan, stop_s if stop_s is not None and stop_s < end else end)
         cut = aborted          # None: no sequence cut (none aborted, none interrupted)
         if stop_s is not None and stop_s < end:
             end = stop_s
@@ -341,6 +344,16 @@ class Generation:
                                                   response_len[lo:hi], plan.t0 + end)
         return ready
 
+    def _account_counts(self, plan: GenPlan, end: float) -> None:
+        """Add what the plan's engines did through ``end`` (s from its t0) beside their time
+        (RolloutOutcome.counts) to the run's rollout totals; nothing where the costs do not count."""
+        counts = plan_counts(plan, end)
+        if counts is None:
+            return
+        totals = self.ctx.totals.rollout
+        for key, value in counts.items():
+            totals[key] = totals.get(key, 0) + value
+
     def _account_slots(self, finish: np.ndarray, end: float) -> None:
         """Occupied batch slots of one instance over [0, end]: FIFO admission keeps
         min(unfinished, slots) sequences running (the engine admits as soon as a slot frees), so
@@ -358,6 +371,25 @@ class Generation:
         slots["instance_s"] += end
         slots["slot_s"] += float(np.dot(duration, running)) / cap
         slots["low_batch_s"] += float(duration[_first_below(n, cap, self.sched.low_batch_share * cap):].sum())
+
+
+def plan_counts(plan: GenPlan, end: float) -> dict[str, int] | None:
+    """The engine counts of ``plan`` through ``end`` seconds from its t0: its run's whole counts
+    where it is that run uncut; else the run's counts at the plan's end less those at its start
+    (counts_at, in the root run's seconds: a cut plan, a continuation, one that took sequences)."""
+    if plan.counts is None:
+        return None
+    if plan.counts_at is None:
+        # a run kept without copies is never cut nor continued (llm_costs.keeps_engine_copies names
+        # every cut), and FakeCosts counts 0: the run's counts, once, by the plan that started it
+        return dict(plan.counts) if plan.root_offset <= 0 else dict.fromkeys(plan.counts, 0)
+    if plan.root is None and end >= plan.end_s:
+        return dict(plan.counts)
+    upto = plan.counts_at(plan.root_offset + end)
+    if plan.root_offset <= 0:
+        return upto
+    since = plan.counts_at(plan.root_offset)
+    return {key: upto[key] - since[key] for key in upto}
 
 
 def _first_below(n: int, cap: int, threshold: float) -> int:

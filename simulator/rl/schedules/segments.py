@@ -37,7 +37,8 @@ def continuation(plan: GenPlan, carry: SeqBatch, stop_rel: float, t0: float, ver
     return GenPlan(carry, plan.seg[keep] - gen.astype(int), plan.remaining[keep] - gen.astype(int),
                    plan.finish[keep] - stop_rel, np.maximum(plan.start[keep] - stop_rel, 0.0), 0.0, t0, version,
                    plan.ranks, progress, streamed=plan.streamed, returns_together=plan.returns_together,
-                   root=root, root_rows=rows[keep], root_offset=plan.root_offset + stop_rel, extend=root.extend)
+                   root=root, root_rows=rows[keep], root_offset=plan.root_offset + stop_rel, extend=root.extend,
+                   counts=plan.counts, counts_at=plan.counts_at)
 
 
 def check_cuttable(ctx, cuts: bool, knob: str) -> None:

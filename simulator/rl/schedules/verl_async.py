@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from ...llm.inference import summed_counts
 from ..costs import RolloutServer
 from ..distqueue import payload_bytes_each
 from ..timeline import GroupClock
@@ -372,8 +373,16 @@ class VerlFullyAsyncRun:
             GroupClock(ctx.timeline, "rollout", rollout.start + used, rollout.count - used).idle("placement", makespan)
         busy = sum(server.busy_s for server in pool_servers) / max(1, len(pool_servers))
         ctx.add_stage_time("generate", busy)
+        self._count_engines(ctx)
         self._report_into(ctx)
         return makespan
+
+    def _count_engines(self, ctx: Context) -> None:
+        """What every server's engine did by the run's end beside its time (RolloutServer.counts: the
+        events each ran up to the last time the run advanced it) into the run's rollout totals."""
+        totals = ctx.totals.rollout
+        for key, value in summed_counts(self.rollouter.servers).items():
+            totals[key] = totals.get(key, 0) + value
 
     def _report_into(self, ctx: Context) -> None:
         """The framework's own quantities into the run's extras."""

@@ -417,6 +417,7 @@ class VerlColocateAsyncRun(VerlSeparateAsyncRun):
         env.process(self._trainer())
         env.run(until=self.finished)
         self.rollouter.done = True
+        self._count_engines(ctx)
         self._report_into(ctx)
         return env.now
 
