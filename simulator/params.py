@@ -226,6 +226,16 @@ class ComputeParams(StrictModel):
     # (train_params.comm); the router's E logits per token are small beside this and not counted.
     # Backward: backward_traffic_factor x. 0 turns the term off (the behaviour before this field).
     moe_permute_traffic_bytes_per_hidden: float = Field(16.0, ge=0)
+    # Under expert parallelism (ep > 1) the routed tokens of the busiest EP rank over its mean share:
+    # Megatron-Core runs MoE dropless by default (moe_expert_capacity_factor None; moe/moe_layer.py,
+    # token_dispatcher.py MoEAlltoAllTokenDispatcher), so each micro-batch's routed-expert GEMMs and
+    # activation, its dispatch / combine all-to-alls and the expert-TP gathers run at the busiest
+    # rank's rows while the others wait at the combine. None: derived from the routing statistics of
+    # a balanced router (llm/expert_load.py: the expected maximum of the per-rank multivariate
+    # hypergeometric counts, 1 + e(ep) sqrt((E - k) / (E - 1) / mean rows), a few % at thousands of
+    # tokens a micro-batch). A number >= 1: a measured factor that includes the router's own skew
+    # (Megatron-Core logs the tokens per expert with --moe-per-layer-logging), which replaces it.
+    moe_load_imbalance: float | None = Field(None, ge=1)
     # Backward of an elementwise op reads its saved input and the incoming gradient and writes the
     # outgoing one: ~2x the forward traffic.
     backward_traffic_factor: float = Field(2.0, ge=0)
@@ -2114,6 +2124,13 @@ LAYOUT_GATED_COMM: dict[str, LayoutGate] = {
                                     "ranks (with sequence parallelism each rank sends its own slice)",
                                     "set workload.train_layout.pp and tp above 1 and sequence_parallel: false"),
 }
+# train_params.compute knobs that only one part of the training layout reads: the same rule as
+# LAYOUT_GATED_COMM. The busiest EP rank's load (llm/expert_load.py) exists with ep > 1 alone.
+LAYOUT_GATED_COMPUTE: dict[str, LayoutGate] = {
+    "moe_load_imbalance": LayoutGate(lambda lay: lay.ep > 1, "expert parallelism (train_layout.ep > 1)",
+                                     "the busiest EP rank's routed tokens over the mean, which pace the routed "
+                                     "experts and the all-to-alls", "set workload.train_layout.ep above 1"),
+}
 # train_params.memory knobs that only ZeRO-3 reads (llm/memory.py, the gathered working set), or only
 # ZeRO-1 / 2 (its backward buffers): the same rule as LAYOUT_GATED_COMM.
 LAYOUT_GATED_MEMORY: dict[str, LayoutGate] = dict.fromkeys(("zero3_prefetch_layers", "zero3_outer_gathered",
@@ -2246,6 +2263,7 @@ def _inapplicable_layout_key(lay: TrainLayoutKeys, replans: bool) -> Inapplicabl
 def _inapplicable_gated_knob(lay: TrainLayoutKeys, train_params: Any, stack_params: Any) -> InapplicableKey | None:
     gated = [("comm", knob, gate) for knob, gate in LAYOUT_GATED_COMM.items()]
     gated += [("memory", knob, gate) for knob, gate in LAYOUT_GATED_MEMORY.items()]
+    gated += [("compute", knob, gate) for knob, gate in LAYOUT_GATED_COMPUTE.items()]
     for section, knob, gate in gated:
         given, stack = getattr(train_params, section), getattr(stack_params, section)
         if getattr(given, knob) != getattr(stack, knob) and not gate.applies(lay):
@@ -2300,7 +2318,7 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
     on (llm/train_compute.py, llm/memory.py): the flash ratio and the materialized-attention backward
     factor (flash_ratio_read_past; the factor also prices the Mamba-2 scans' backward), a dense FFN's
     activation traffic of the kind no model has (SwiGLU reads gated_act_traffic_bytes_per_ffn, GELU
-    act_traffic_bytes_per_ffn; routed experts are gated), the MoE token shuffle and token dispatcher
+    act_traffic_bytes_per_ffn; routed experts are gated), the MoE token shuffle, token dispatcher and load imbalance
     without experts, the stored score bytes with flash attention (no score matrix is kept), TE userbuffers without a dense
     attention + MLP layer (MoE, MLA and hybrid layers keep tp_overlap_fraction)."""
     compute, flash = train.compute, train.compute.flash_attention
@@ -2315,6 +2333,7 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
              "compute.moe_permute_traffic_bytes_per_hidden": (shapes.experts, "a model with routed experts",
                                                               "an MoE model"),
              "comm.moe_token_dispatcher": (shapes.experts, "a model with routed experts", "an MoE model"),
+             "compute.moe_load_imbalance": (shapes.experts, "a model with routed experts", "an MoE model"),
              "memory.score_bytes_per_elem": (not flash, "materialized attention (flash_attention: false)",
                                              "flash_attention: false"),
              "comm.tp_userbuffers": (shapes.userbuffer_blocks, "a dense attention + MLP layer (TE userbuffers "

@@ -12,9 +12,10 @@ from functools import lru_cache
 import numpy as np
 
 from ..params import ComputeParams
+from .expert_load import routed_load_factor
 from .layer_costs import LayerShape
 
-__all__ = ["ComputeParams", "DeviceRates", "LayerTimes", "attention_time_s", "gemm_time_s", "gemm_times", "layer_times",
+__all__ = ["ComputeParams", "DeviceRates", "LayerTimes", "attention_time_s", "expert_load", "gemm_time_s", "gemm_times", "layer_times",
            "logits_times", "shape_efficiency"]
 
 
@@ -90,6 +91,7 @@ class _GemmPlan:
     k_dim: np.ndarray    # (G,) local input width K
     count: tuple[float, ...]  # GEMMs of this shape on the device (E / ep experts, else 1)
     up_units: float      # MoE: FFN units of the up projections (top-k experts + shared)
+    routed_up_units: float   # MoE: the top-k routed experts' part of up_units
     counts: np.ndarray   # (G, 1) ``count`` as a column
     # (G, 1) the weight gradient's share: 0 for a frozen (LoRA base) weight, else 1; None: all train
     wgrad: np.ndarray | None = None
@@ -110,6 +112,7 @@ def _gemm_plan(layer: LayerShape, tp: int, ep: int, etp: int | None = None) -> _
                      count=count,
                      up_units=float(sum(g.n_out * (k if g.expert else 1) for g in layer.gemms
                                         if g.name.endswith("_up"))),
+                     routed_up_units=float(sum(g.n_out * k for g in layer.gemms if g.expert and g.name.endswith("_up"))),
                      counts=np.array(count, dtype=float).reshape(-1, 1),
                      wgrad=None if all(g.trainable for g in layer.gemms) else
                      np.array([1.0 if g.trainable else 0.0 for g in layer.gemms]).reshape(-1, 1))
@@ -124,15 +127,28 @@ def _rooflines(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: Co
                        np.concatenate([k_col, n_col, rows]), rates, params)
 
 
-def _expert_rows(plan: _GemmPlan, layer: LayerShape, tokens: np.ndarray, tp: int, ep: int, etp: int) -> np.ndarray:
+def _expert_rows(plan: _GemmPlan, layer: LayerShape, tokens: np.ndarray, tp: int, ep: int, etp: int,
+                 load: np.ndarray | None = None) -> np.ndarray:
     """(G, micro-batches) rows of each GEMM: the tokens, or the routed expert-rows of an expert GEMM
     (every device holds E / ep experts; balanced routing gives each tokens x ep x k / E tokens, the
-    device's total tokens x k expert-rows, x etp / tp under MoE parallel folding)."""
+    device's total tokens x k expert-rows, x etp / tp under MoE parallel folding), x ``load`` on the
+    busiest EP rank (expert_load.routed_load_factor; None: the mean)."""
     rows = np.empty((len(plan.count), tokens.size))
     rows[:] = tokens
     if plan.expert.any():
-        rows[plan.expert] = tokens * ep * layer.experts_per_token / layer.num_experts * (etp / tp)
+        mean = tokens * ep * layer.experts_per_token / layer.num_experts * (etp / tp)
+        rows[plan.expert] = mean if load is None else mean * load
     return rows
+
+
+def expert_load(layer: LayerShape, tokens: np.ndarray, tp: int, ep: int, etp: int,
+                params: ComputeParams) -> np.ndarray | None:
+    """The busiest EP rank's routed rows over the mean per micro-batch of `tokens` (an MoE layer
+    under ep > 1; else None): ComputeParams.moe_load_imbalance, or derived (llm/expert_load.py)."""
+    if not layer.moe:
+        return None
+    return routed_load_factor(layer.num_experts, layer.experts_per_token, tokens, tp=tp, ep=ep, etp=etp,
+                              imbalance=params.moe_load_imbalance)
 
 
 def gemm_times(layer: LayerShape, tokens: np.ndarray, *, tp: int, ep: int, rates: DeviceRates,
@@ -143,7 +159,8 @@ def gemm_times(layer: LayerShape, tokens: np.ndarray, *, tp: int, ep: int, rates
     tokens = np.asarray(tokens, dtype=float)
     etp = tp if etp is None else etp
     plan = _gemm_plan(layer, tp, ep, etp)
-    t = _rooflines(plan, _expert_rows(plan, layer, tokens, tp, ep, etp), rates, params)
+    load = expert_load(layer, tokens, tp, ep, etp, params)
+    t = _rooflines(plan, _expert_rows(plan, layer, tokens, tp, ep, etp, load), rates, params)
     n_g = len(plan.count)
     return {g.name: (plan.count[i] * t[i], plan.count[i] * t[n_g + i], plan.count[i] * t[2 * n_g + i] * g.trainable)
             for i, g in enumerate(layer.gemms)}
@@ -182,7 +199,8 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     plan = _gemm_plan(layer, tp, ep, etp)
     k = layer.experts_per_token
     n_m = tokens.size
-    fwd, bwd = _gemm_sums(plan, _expert_rows(plan, layer, tokens, tp, ep, etp), rates, params, backward)
+    load = expert_load(layer, tokens, tp, ep, etp, params)
+    fwd, bwd = _gemm_sums(plan, _expert_rows(plan, layer, tokens, tp, ep, etp, load), rates, params, backward)
     # Attention core: Q.K^T and A.V over each sequence's own keys; sequences of token-weighted mean
     # length sq_sum / tokens set the shape ramp.
     heads = layer.attn_heads / tp
@@ -196,8 +214,9 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
     # function per FFN unit (always split by TP; MoE: top-k experts + shared).
     ffn_units = ffn if layer.has_mlp else 0   # a hybrid's attention or Mamba block has no FFN
     act_bytes = params.gated_act_traffic_bytes_per_ffn if gated else params.act_traffic_bytes_per_ffn
-    if layer.moe:
-        ffn_units = plan.up_units / 2  # MoE experts are gated: the up projection holds up + gate
+    if layer.moe:   # MoE experts are gated: the up projection holds up + gate; the routed ones' on the
+        # busiest EP rank's rows
+        ffn_units = plan.up_units / 2 if load is None else (plan.up_units + (load - 1.0) * plan.routed_up_units) / 2
         act_bytes = params.gated_act_traffic_bytes_per_ffn
     # MoE: the routed copies of the device's tokens (split by TP with SP, as the dispatch) are
     # shuffled into expert order and back around the all-to-alls.

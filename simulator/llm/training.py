@@ -45,7 +45,15 @@ from .pipeline import (
     simulate_pipeline,
     simulate_pipelines,
 )
-from .train_compute import ComputeParams, DeviceRates, LayerTimes, gemm_times, layer_times, logits_times
+from .train_compute import (
+    ComputeParams,
+    DeviceRates,
+    LayerTimes,
+    expert_load,
+    gemm_times,
+    layer_times,
+    logits_times,
+)
 from .train_layout import DEFAULT_ORDER, RECOMPUTE_MODES, TrainLayout
 
 __all__ = ["CommParams", "ComputeParams", "ForwardCost", "MemoryBreakdown", "MemoryParams", "RECOMPUTE_MODES",
@@ -724,7 +732,9 @@ def _expert_exchange(layer: LayerShape, hidden: int, layout: TrainLayout, tokens
     and the experts' output reduce-scattered back over it, etp x ep x T / tp tokens gathered whatever
     the top-k (megatron-core 0.13.0 MoEAllGatherTokenDispatcher.token_dispatch / token_combine), x (1 -
     ep_overlap_fraction): (0, that). Without SP each rank's T tokens (Megatron-Core refuses MoE training
-    with TP and no SP: moe/moe_layer.py forward)."""
+    with TP and no SP: moe/moe_layer.py forward). The all-to-alls and the expert-TP collectives move the
+    busiest EP rank's routed rows (train_compute.expert_load: it receives them in the dispatch and sends
+    them in the combine, and the rest wait for it); the all-gather dispatcher's volume is every rank's."""
     cp_, a = params.comm, params.compute.activation_bytes
     rows = tokens_local / (layout.tp if layout.sp else 1)
     if cp_.moe_token_dispatcher == "allgather":
@@ -734,6 +744,9 @@ def _expert_exchange(layer: LayerShape, hidden: int, layout: TrainLayout, tokens
             1 - cp_.ep_overlap_fraction)
         return np.zeros_like(tokens_local, dtype=float), t
     act = tokens_local * hidden * a
+    load = expert_load(layer, tokens_local, layout.tp, layout.ep, layout.expert_tp, params.compute)
+    if load is not None:   # the busiest EP rank's routed rows
+        act, rows = act * load, rows * load
     etp_group = groups.etp[stage] if groups.etp else groups.tp[stage]
     routed = _routed_expert_tp_s(layer, layout, act, etp_group, comm) * (1 - cp_.tp_overlap_fraction) \
         if layout.expert_tp > 1 else np.zeros_like(act)

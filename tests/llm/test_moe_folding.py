@@ -103,17 +103,18 @@ class _LinearNet:
 
 
 def _moe_tp_comm(model, layout: TrainLayout, n_devices: int, tokens: float = 4096.0):
-    """(forward exposed TP seconds, TP-kind calls) of the model's first MoE layer under ``layout``."""
+    """(forward exposed TP seconds, TP-kind calls) of the model's first MoE layer under ``layout``, at the
+    mean routed load (compute.moe_load_imbalance 1: test_moe_load_imbalance.py prices the busiest rank)."""
     import numpy as np
 
     from simulator.llm.train_compute import layer_times
-    from simulator.llm.training import TrainParams, _Comm, _layer_cost, rates_for
+    from simulator.llm.training import ComputeParams, TrainParams, _Comm, _layer_cost, rates_for
 
     lay = layout.resolve(n_devices)
     layer = next(s for s in layer_shapes(model) if s.moe)
     net = _LinearNet()
     t = np.array([tokens])
-    params = TrainParams()
+    params = TrainParams(compute=ComputeParams(moe_load_imbalance=1.0))
     times = layer_times(layer, model.hidden, model.ffn_hidden, True, t, t ** 2, tp=lay.tp, sp=lay.sp, ep=lay.ep,
                         etp=lay.expert_tp, rates=rates_for(load_topology("dgx-h100").device_spec(0), params),
                         params=params.compute)

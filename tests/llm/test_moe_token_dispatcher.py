@@ -22,7 +22,7 @@ from simulator.llm.training import (
     train_step_cost,
     uniform_sequences,
 )
-from simulator.params import CommParams
+from simulator.params import CommParams, ComputeParams
 from simulator.scenario import load_scenario
 
 QWEN_MOE = load_model("qwen3-30b-a3b")   # hidden 2048, top-8 of 128 experts, no shared experts
@@ -51,7 +51,8 @@ def _moe_layer(layout: TrainLayout, n_devices: int, dispatcher: str):
     layer = next(s for s in layer_shapes(QWEN_MOE) if s.moe)
     net = _LinearNet()
     t = np.array([TOKENS])
-    params = TrainParams(comm=CommParams(moe_token_dispatcher=dispatcher))
+    params = TrainParams(comm=CommParams(moe_token_dispatcher=dispatcher),   # at the mean routed load
+                         compute=ComputeParams(moe_load_imbalance=1.0))   # (test_moe_load_imbalance.py: the busiest rank)
     times = layer_times(layer, QWEN_MOE.hidden, QWEN_MOE.ffn_hidden, True, t, t ** 2, tp=lay.tp, sp=lay.sp,
                         ep=lay.ep, etp=lay.expert_tp, rates=rates_for(load_topology("dgx-h100").device_spec(0),
                                                                       params), params=params.compute)
