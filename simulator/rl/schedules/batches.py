@@ -137,10 +137,34 @@ class GenPlan:
     # the plan is a stretch of one): what its engines did beside their time; None: not accounted
     counts: dict[str, int] | None = None
     counts_at: Callable[[float], dict[str, int]] | None = None
+    # tokens the engine prefills for each sequence when it starts it in this plan (what ``flops``
+    # counts beside ``seg``); None: its prompt and the tokens it resumes with (prompt_len + done_len).
+    # A continuation's sequences that ran before its cut prefill nothing (their KV is kept)
+    prefill: np.ndarray | None = None
 
     @property
     def end_s(self) -> float:
         return float(self.finish.max()) if len(self.finish) else 0.0
+
+    def prefill_tokens(self) -> np.ndarray:
+        """The tokens the engine prefills for each sequence as it starts it in this plan."""
+        return self.seqs.prompt_len + self.seqs.done_len if self.prefill is None else self.prefill
+
+    def flops_through(self, generated: np.ndarray, cut: np.ndarray | None) -> float:
+        """The plan's FLOPs through a commit that leaves ``generated`` tokens in each sequence,
+        ``cut`` (None: none) those it stopped: ``flops`` uncut; cut, what the engine computed by then -
+        the prefill of each sequence that produced a token (a prefill ends with its first one) and the
+        tokens generated - at the plan's own FLOPs per token computed (flops / (prefills + seg): the
+        costs' per-token law at the run's mean context, LlmCosts._rollout_inputs). The cut sequences'
+        rest is charged where it runs: a resumed plan (prefilled again) or a continuation."""
+        if cut is None or not cut.any():
+            return self.flops
+        prefill = self.prefill_tokens()
+        planned = float(prefill.sum()) + float(self.seg.sum())
+        if planned <= 0:
+            return 0.0
+        started = ~cut | (generated > 0)
+        return self.flops * ((float(prefill[started].sum()) + float(generated.sum())) / planned)
 
     def engine_run(self) -> tuple[RootRun, np.ndarray]:
         """(the engine run this plan is a stretch of, this plan's rows in it)."""

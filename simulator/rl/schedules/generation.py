@@ -97,7 +97,8 @@ class Generation:
                        plan.flops + (grown.flops - root.flops), plan.t0, plan.version, plan.ranks, progress,
                        stored_through=plan.stored_through, streamed=plan.streamed,
                        returns_together=plan.returns_together, root=grown, root_rows=rows, root_offset=offset,
-                       extend=out.extend, counts=out.counts, counts_at=out.counts_at)
+                       extend=out.extend, counts=out.counts, counts_at=out.counts_at,
+                       prefill=np.concatenate([plan.prefill_tokens(), new.prompt_len + new.done_len]))
 
     def store_finished_by(self, plan: GenPlan, upto_s: float) -> None:
         """Store the plan's sequences that finished by ``plan.t0 + upto_s`` and are not stored yet,
@@ -174,8 +175,8 @@ class Generation:
             return None
         gen_tokens = whole if cut is None else np.concatenate(parts)
         sums = []
-        for plan, (a, b), end, part in zip(plans, spans, ends, parts, strict=True):
-            totals.gen_flops += plan.flops
+        for plan, (a, b), end, top, part in zip(plans, spans, ends, maxima, parts, strict=True):
+            totals.gen_flops += plan.flops_through(part, cut[a:b] if end < top else None)
             self._account_slots(held[a:b], end)
             self._account_counts(plan, end)
             sums.append(float(part.sum()))
@@ -205,7 +206,6 @@ class Generation:
         seqs, totals = plan.seqs, self.ctx.totals
         if not len(seqs):
             return (plan.t0, SeqBatch.empty(), 0.0), None
-        totals.gen_flops += plan.flops
         end, aborted = self._overprovision_cut(plan)
         self._account_counts(plan, stop_s if stop_s is not None and stop_s < end else end)
         cut = aborted          # None: no sequence cut (none aborted, none interrupted)
@@ -216,6 +216,7 @@ class Generation:
         else:                  # every finish is at or before the end: min(finish, end) is finish
             self._account_slots(plan.finish if aborted is None else np.minimum(plan.finish, end), end)
         gen_tokens = self.tokens_by(plan, cut, end)
+        totals.gen_flops += plan.flops_through(gen_tokens, cut)
         finished = plan.seg >= plan.remaining
         if cut is not None:
             finished = (finished & ~cut) | aborted if aborted is not None else finished & ~cut

@@ -34,11 +34,22 @@ def continuation(plan: GenPlan, carry: SeqBatch, stop_rel: float, t0: float, ver
         def progress(s: float) -> np.ndarray:
             return np.maximum(base(s + stop_rel)[keep] - gen, 0.0)
     root, rows = plan.engine_run()   # the run goes on: a later admission (Generation.admit) re-runs it
-    return GenPlan(carry, plan.seg[keep] - gen.astype(int), plan.remaining[keep] - gen.astype(int),
-                   plan.finish[keep] - stop_rel, np.maximum(plan.start[keep] - stop_rel, 0.0), 0.0, t0, version,
+    seg = plan.seg[keep] - gen.astype(int)
+    # a sequence that produced a token before the cut keeps its KV: nothing to prefill again
+    prefill = np.where(gen > 0, 0, plan.prefill_tokens()[keep])
+    return GenPlan(carry, seg, plan.remaining[keep] - gen.astype(int), plan.finish[keep] - stop_rel,
+                   np.maximum(plan.start[keep] - stop_rel, 0.0), _rest_flops(plan, prefill, seg), t0, version,
                    plan.ranks, progress, streamed=plan.streamed, returns_together=plan.returns_together,
                    root=root, root_rows=rows[keep], root_offset=plan.root_offset + stop_rel, extend=root.extend,
-                   counts=plan.counts, counts_at=plan.counts_at)
+                   counts=plan.counts, counts_at=plan.counts_at, prefill=prefill)
+
+
+def _rest_flops(plan: GenPlan, prefill: np.ndarray, seg: np.ndarray) -> float:
+    """The FLOPs of a cut plan's rest (its continuation's ``prefill`` and ``seg`` tokens) at the plan's
+    own FLOPs per token computed, as GenPlan.flops_through charged the cut plan its part: the two
+    together are the plan's FLOPs."""
+    planned = float(plan.prefill_tokens().sum()) + float(plan.seg.sum())
+    return plan.flops * ((float(prefill.sum()) + float(seg.sum())) / planned) if planned > 0 else 0.0
 
 
 def check_cuttable(ctx, cuts: bool, knob: str) -> None:
