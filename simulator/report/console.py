@@ -62,6 +62,40 @@ def _reward_wait_text(s: dict[str, Any]) -> str:
 RUN_FILES = "scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev, plots, report.html"
 
 
+def _count(rollout: dict[str, Any], key: str) -> int:
+    """An engine count of summary['rollout'] (metrics.rollout_counts); 0 where not measured (null) or
+    not in the summary (an older one)."""
+    return rollout.get(key) or 0
+
+
+def _hit_share(rollout: dict[str, Any]) -> float | None:
+    """The share of the prefill tokens the engines were asked for that the prefix cache held (a
+    running sibling's prompt pages): prompt hits / (hits + tokens prefilled). None without hits."""
+    hits = _count(rollout, "prompt_hit_tokens")
+    return hits / (hits + _count(rollout, "prefilled_tokens")) if hits else None
+
+
+def engine_count_rows(rollout: dict[str, Any]) -> list[tuple[str, str]]:
+    """The run table's rows of the engines' counts that explain rollout time (docs/schedules.md "Long
+    tail and rollout occupancy"), each only where it happened: preemptions with the contexts they
+    prefilled again, the prefix cache's prompt hits with the prefill tokens in all, multi-turn
+    contexts evicted while out on their tools and those prefilled again. Labels within 37 characters
+    and values within 36, as the other rows: an 80-column terminal shows each on one line."""
+    rows = []
+    preempted = _count(rollout, "preemptions")
+    if preempted:
+        rows.append(("rollout preemptions (re-prefilled)",
+                     f"{preempted:,} ({_count(rollout, 'preemption_reprefill_tokens'):,} tokens)"))
+    share = _hit_share(rollout)
+    if share is not None:
+        asked = _count(rollout, "prompt_hit_tokens") + _count(rollout, "prefilled_tokens")
+        rows.append(("prefill tokens hit in prefix cache", f"{share:.1%} of {asked:,}"))
+    evicted, again = _count(rollout, "evicted_context_tokens"), _count(rollout, "eviction_reprefill_tokens")
+    if evicted or again:
+        rows.append(("contexts evicted / re-prefilled", f"{evicted:,} / {again:,} tokens"))
+    return rows
+
+
 def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RUN_FILES) -> None:
     console = Console()
     t = Table(title=f"{s['workload']} - {s['schedule']} on {s['devices']} devices", show_header=False)
@@ -82,6 +116,8 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
     t.add_row("bubble fraction (whole run)", f"{s['bubble_fraction']:.1%}")
     t.add_row("rollout slot occupancy", _share(s['rollout']['occupancy']))
     t.add_row("rollout time at low batch", _share(s['rollout']['low_batch_fraction']))
+    for label, value in engine_count_rows(s["rollout"]):
+        t.add_row(label, value)
     t.add_row("trained samples / step (whole run)", _trained(s))
     t.add_row("staleness max / mean", f"{s['staleness']['max']:.0f} / {s['staleness']['mean']:.2f}")
     phases = s.get("peak_memory_by_phase") or {}
@@ -130,6 +166,22 @@ def shown_causes(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(causes, key=lambda cause: (rank.get(cause, len(rank)), cause))
 
 
+def _add_engine_count_rows(t: Table, rollouts: list[dict[str, Any]]) -> None:
+    """The comparison's rows of the engines' counts (engine_count_rows), each where any run has it:
+    preemptions, the prefix cache's share of the prefill tokens, multi-turn tokens re-prefilled after
+    an eviction; '-' where a run has no hit, or the count is not measured."""
+    def counted(key: str) -> list[str]:
+        return ["-" if r.get(key) is None else f"{r[key]:,}" for r in rollouts]
+
+    if any(_count(r, "preemptions") for r in rollouts):
+        t.add_row("rollout preemptions", *counted("preemptions"))
+    shares = [_hit_share(r) for r in rollouts]
+    if any(share is not None for share in shares):
+        t.add_row("prefill hit in prefix cache", *["-" if share is None else f"{share:.1%}" for share in shares])
+    if any(_count(r, "evicted_context_tokens") or _count(r, "eviction_reprefill_tokens") for r in rollouts):
+        t.add_row("contexts re-prefilled (tokens)", *counted("eviction_reprefill_tokens"))
+
+
 def print_comparison(rows: list[dict[str, Any]]) -> None:
     console = Console()
     if not rows:
@@ -154,6 +206,7 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
         t.add_row(f"  {cause}, whole run", *[f"{r['bubbles_by_cause'].get(cause, 0.0):.1%}" for r in rows])
     t.add_row("rollout slot occupancy", *[_share(r['rollout']['occupancy']) for r in rows])
     t.add_row("rollout at low batch", *[_share(r['rollout']['low_batch_fraction']) for r in rows])
+    _add_engine_count_rows(t, [r["rollout"] for r in rows])
     t.add_row("MFU (whole run)", *[f"{r['mfu']:.1%}" for r in rows])
     for role, name in SERVED_ROWS:   # workload.reward.served, workload.distillation: how busy they keep
         if any(f"{role}_pool" in r for r in rows):
