@@ -111,6 +111,9 @@ class TrainStepCost:
     memory: MemoryBreakdown
     pipeline: PipelineResult
     stage_tail_s: tuple[tuple[float, float, float], ...] = field(repr=False, default=())  # (end, dp, opt)
+    # per stage, of its dp: (idle seconds waiting for the other stages before a joint collective, the joint
+    # collectives' seconds after that wait) (_add_joint_sync); () or (0, 0): none
+    stage_wait_s: tuple[tuple[float, float], ...] = field(repr=False, default=())
     offload_s: float = 0.0        # reload before + offload after the step over the host link (train_params.offload)
 
     @property
@@ -129,8 +132,12 @@ class TrainStepCost:
             # The stage's own flush intervals up to its last backward, then its gradient sync and
             # optimizer step (each stage syncs its own parameters), then waiting for the slowest.
             out.extend(iv for iv in self.pipeline.intervals if iv.stage == s and iv.start < end)
-            if dp > 0:
-                out.append(StageInterval(s, "dp_sync", end, end + dp))
+            wait, joint = self.stage_wait_s[s] if self.stage_wait_s else (0.0, 0.0)
+            own = dp - wait - joint   # its own sync, then waiting for the other stages, then their collectives
+            for state, begin, seconds in (("dp_sync", end, own), (IDLE, end + own, wait),
+                                          ("dp_sync", end + own + wait, joint)):
+                if seconds > 0:
+                    out.append(StageInterval(s, state, begin, begin + seconds))
             if opt > 0:
                 out.append(StageInterval(s, "optimizer", end + dp, end + dp + opt))
             done = self.step_time_s - self.offload_s
@@ -148,14 +155,23 @@ class TrainStepCost:
         when the last stage's optimizer does, plus the offload)."""
         if not self.stage_tail_s:
             return {}
-        last = max(range(len(self.stage_tail_s)), key=lambda st: sum(self.stage_tail_s[st]))
-        end, dp, opt = self.stage_tail_s[last]
+        waits = self.stage_wait_s or ((0.0, 0.0),) * len(self.stage_tail_s)
+        # the stage that ends last (of equal ends, the one that waited least), and, where it waited for the
+        # others before a joint collective, the stage whose own sync it waited for: the chain runs there
+        last = max(range(len(self.stage_tail_s)), key=lambda st: (sum(self.stage_tail_s[st]), -waits[st][0]))
+        chain_stage = last
+        if waits[last][0] > 0:
+            chain_stage = max(range(len(self.stage_tail_s)), key=lambda st: self.stage_tail_s[st][0]
+                              + self.stage_tail_s[st][1] - sum(waits[st]))
+        end_last, dp_last, opt = self.stage_tail_s[last]
+        end = self.stage_tail_s[chain_stage][0]
+        dp = end_last + dp_last - end   # its sync, and what it waited for past the chain's stage's flush
         by_stage = [0.0] * len(self.stage_tail_s)
         p2p = 0.0
-        for op in critical_chain(self.pipeline, last):
+        for op in critical_chain(self.pipeline, chain_stage):
             by_stage[op.stage] += op.end - op.start
             p2p += op.p2p_before_s
-        return {"stage": last, "ops_s_by_stage": by_stage, "p2p_s": p2p, "dp_sync_s": dp, "optimizer_s": opt,
+        return {"stage": chain_stage, "ops_s_by_stage": by_stage, "p2p_s": p2p, "dp_sync_s": dp, "optimizer_s": opt,
                 "offload_s": self.offload_s}
 
     def record(self, timeline: Any, pool: str, ranks: Sequence[int], start: float, *, iteration: int = -1,
@@ -1339,8 +1355,8 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
         pp_exposed = max(0.0, makespan - bare.makespan_s)
     # Gradient sync after each stage's last backward, then the optimizer.
     windows = _chunk_windows(pipe, arrays, layout, sl) if params.comm.dp_overlap_window == "last-micro-batch" else None
-    dp_s, opt_s, tail = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe, windows,
-                                          micro_batches=sl.stop - sl.start)
+    dp_s, opt_s, tail, waits = _dp_and_optimizer(model, layout, groups, comm, rates, params, pipe, windows,
+                                                 micro_batches=sl.stop - sl.start)
     # per optimizer step only under offload.scope optimizer_step; "update" is paid once per training
     # phase by its caller (rl/llm_costs.py update_offload_s)
     offload_s = offload_time_s(states, offload_Bps(topology, ranks, params), params) \
@@ -1371,7 +1387,7 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
         optimizer_s=max(o for _, _, o in tail), tflops_per_device=hardware_flops / (step * n_dev) / 1e12,
         mfu=model_flops / (step * n_dev * peak), model_flops=model_flops, hardware_flops=hardware_flops,
         tokens=int(seqs.sum()), devices=n_dev, layout=layout, memory=memory, pipeline=pipe,
-        stage_tail_s=tuple(tail), offload_s=offload_s)
+        stage_tail_s=tuple(tail), stage_wait_s=tuple((wait, joint) for wait, joint in waits), offload_s=offload_s)
 
 
 def offload_time_s(memory: MemoryBreakdown, host_Bps: float, params: TrainParams,
@@ -1511,8 +1527,9 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
                       params: TrainParams, pipe: PipelineResult,
                       chunks: Sequence[Sequence[tuple[float, float, float, float]]] | None = None,
                       micro_batches: int = 1,
-                      ) -> tuple[list[float], list[float], list[tuple[float, float, float]]]:
-    """Per stage: exposed gradient sync, optimizer step, (last backward end, sync, optimizer).
+                      ) -> tuple[list[float], list[float], list[tuple[float, float, float]], list[list[float]]]:
+    """Per stage: exposed gradient sync, optimizer step, (last backward end, sync, optimizer), and of the
+    sync [the wait for the other stages, the joint collectives after it] (_add_joint_sync).
     `chunks`: per stage, per model chunk, (start, end) of its last backward and of its first
     forward (`_chunk_windows`), which bound the overlap (comm.dp_overlap_window last-micro-batch);
     None: the sync hides by dp_overlap_fraction alone. With comm.zero2_reduce_every_micro_batch under
@@ -1564,9 +1581,11 @@ def _dp_and_optimizer(model: Any, layout: TrainLayout, groups: _Groups, comm: _C
     for s, sync_s in enumerate(_sp_grad_sync_s(model, layout, groups, comm, params)):   # each stage's TP group
         dp_list[s] += sync_s
         tail[s] = (tail[s][0], dp_list[s], tail[s][2])
-    _add_joint_sync(tail, dp_list, _tied_embedding_sync_s(model, layout, groups, comm, params), (0, layout.pp - 1))
-    _add_joint_sync(tail, dp_list, _grad_stats_sync_s(groups, comm, params), range(layout.pp))
-    return dp_list, opt_list, tail
+    waits = [[0.0, 0.0] for _ in tail]
+    _add_joint_sync(tail, dp_list, waits, _tied_embedding_sync_s(model, layout, groups, comm, params),
+                    (0, layout.pp - 1))
+    _add_joint_sync(tail, dp_list, waits, _grad_stats_sync_s(groups, comm, params), range(layout.pp))
+    return dp_list, opt_list, tail, waits
 
 
 # torch.float: the grad norm's and the zero count's all-reduced scalar (megatron-core 0.8.0 optimizer/
@@ -1656,19 +1675,22 @@ def sp_layer_grad_elements(model: Any) -> tuple[tuple[float, ...], float]:
     return tuple(out), float(norm)
 
 
-def _add_joint_sync(tail: list[tuple[float, float, float]], dp_list: list[float], sync_s: float,
-                    stages: Iterable[int]) -> None:
+def _add_joint_sync(tail: list[tuple[float, float, float]], dp_list: list[float], waits: list[list[float]],
+                    sync_s: float, stages: Iterable[int]) -> None:
     """A collective of `stages` after their own gradient sync (`sync_s`: the tied embedding's all-reduce of
     the first and last stage, _tied_embedding_sync_s; the grad norm's of every stage, _grad_stats_sync_s) into
     their exposed sync, in place: it starts when all of them have synced (finalize_model_grads and the
     optimizer run it after finish_grad_sync, not overlapped) and the optimizer step of each follows it. Each
-    stage's `dp` becomes the wait for the others and the collective on top of its own."""
+    stage's `dp` becomes the wait for the others and the collective on top of its own; `waits[s]` adds them
+    ([idle seconds waiting, the collective's]: the timeline shows the wait idle, a dependency, not a sync)."""
     joint = sorted(set(stages))
     if sync_s <= 0 or not joint:
         return
     start = max(tail[s][0] + tail[s][1] for s in joint)
     for s in joint:
-        end, _, opt = tail[s]
+        end, before, opt = tail[s]
+        waits[s][0] += start - (end + before)
+        waits[s][1] += sync_s
         dp_list[s] = start + sync_s - end
         tail[s] = (end, dp_list[s], opt)
 

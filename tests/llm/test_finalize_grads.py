@@ -188,3 +188,30 @@ def test_every_stage_waits_for_the_last_one_then_all_reduces_the_norm() -> None:
         assert opt == opt_off
     assert on.step_time_s == pytest.approx(start + _linear(GRAD_STAT_BYTES) + max(o for *_, o in on.stage_tail_s),
                                            rel=1e-12)
+
+
+def test_a_stage_waiting_for_the_others_before_the_norm_is_idle_not_syncing() -> None:
+    """The wait before a joint collective is a dependency on the slower stages (idle in the timeline), not
+    gradient sync: each stage's dp_sync intervals add up to its own sync and the norm's all-reduce; the
+    critical chain runs through the stage the others waited for, and its parts sum to the step."""
+    from simulator.llm.pipeline import IDLE
+
+    lay = TrainLayout(tp=2, pp=4, zero=1, recompute="none")
+    untied = dataclasses.replace(QWEN, tied_embeddings=False)
+    on = _step(untied, lay, CommParams())
+    off = _step(untied, lay, CommParams(grad_norm_all_reduce=False))
+    start = max(end + dp for end, dp, _ in off.stage_tail_s)
+    norm = _linear(GRAD_STAT_BYTES)
+    waited = 0
+    for s, ((end, own, _), (wait, joint)) in enumerate(zip(off.stage_tail_s, on.stage_wait_s, strict=True)):
+        assert wait == pytest.approx(start - (end + own), abs=1e-12) and joint == pytest.approx(norm, rel=1e-12)
+        mine = [iv for iv in on.timeline if iv.stage == s and iv.start >= end - 1e-12]
+        sync = sum(iv.end - iv.start for iv in mine if iv.state == "dp_sync")
+        idle = sum(iv.end - iv.start for iv in mine if iv.state == IDLE and iv.end <= start + norm + 1e-12)
+        assert sync == pytest.approx(own + norm, rel=1e-9) and idle == pytest.approx(wait, abs=1e-9)
+        waited += wait > 0
+    assert waited >= 1   # the stages finish their backwards at different times
+    parts = on.critical_stages()
+    assert on.stage_wait_s[parts["stage"]][0] == 0.0   # the chain runs through the stage nobody waited on
+    total = sum(parts["ops_s_by_stage"]) + parts["p2p_s"] + parts["dp_sync_s"] + parts["optimizer_s"] + parts["offload_s"]
+    assert total == pytest.approx(on.step_time_s, rel=1e-9)
