@@ -387,11 +387,19 @@ def _tail_instance_devices(sc: Scenario) -> int | None:
 
 def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
     """(rollout ranks, training ranks) of the pools before whole-unit rounding (rl/pools.py), on the
-    devices before a distillation teacher's."""
+    devices before a distillation teacher's. A colocated pool (fuse: full) is the devices beside
+    verl's reward pool (schedule.aux_devices), and whole instances of a given rollout layout: the
+    run's pool holds no more (build_pools), and a layout planned on more devices judged the ZeRO
+    shards at a DP the run does not have, or had no pool at all (GB200 NVL72's 72 GPUs beside a
+    32-GPU engine: a 24-device replica planned, lcm(24, 32) = 96 refused)."""
     sched = sc.schedule
     n_devices -= sum(served_devices(sc.workload).values())
     if sched.effective_placement == "colocated":
-        actor = n_devices if sched.fuse == "full" else n_devices - max(1, round(n_devices * sched.aux_fraction))
+        if sched.fuse == "full":
+            actor = n_devices - aux_devices_with_room(sched, n_devices, sc.source or "<scenario>")
+            actor = _whole_given_instances(sc, actor)
+        else:
+            actor = n_devices - max(1, round(n_devices * sched.aux_fraction))
         return list(range(actor)), list(range(actor))
     # the reference / reward / critic's own pools (rl/pools.py), refused where they leave no room, as a run
     n_devices -= aux_devices_with_room(sched, n_devices, sc.source or "<scenario>")
@@ -401,6 +409,17 @@ def planning_ranks(sc: Scenario, n_devices: int) -> tuple[list[int], list[int]]:
         raise RlsimError(f"{want} rollout devices leave none of the {n_devices} for training", source=sc.source,
                          field=field, fix=f"give {field} fewer devices, or a topology with more")
     return list(range(want)), list(range(want, n_devices))
+
+
+def _whole_given_instances(sc: Scenario, n_devices: int) -> int:
+    """``n_devices`` rounded down to whole instances of the given rollout layout (a layout left auto:
+    as they are; fewer devices than one instance: as they are, for the run to refuse by its pools)."""
+    rollout = sc.workload.rollout_layout
+    if not isinstance(rollout, Mapping):
+        return n_devices
+    instance = RolloutLayout.from_mapping({**rollout, "instances": 1}, source=sc.source,
+                                          field_name="workload.rollout_layout").devices_per_instance
+    return n_devices - n_devices % instance if n_devices >= instance else n_devices
 
 
 def _check_planner_keys_apply(sc: Scenario) -> None:

@@ -77,10 +77,7 @@ def build_pools(schedule: ScheduleConfig, n_devices: int, instance_devices: int,
             aux = _aux_devices(schedule, n_devices, instance_devices, train_group_devices, source)
             count = _round_down(n_devices - aux, unit)
             if count == 0:
-                raise RlsimError(f"{n_devices - aux} devices cannot hold one training replica of {train_group_devices}"
-                                 f"{why} and one rollout instance of {instance_devices}", source=source,
-                                 field="workload.train_layout",
-                                 fix="use fewer TP x PP (with experts: a smaller ep or etp) or more devices")
+                raise _no_colocated_pool(n_devices - aux, instance_devices, train_group_devices, why, source)
             pools = {"actor": Pool("actor", 0, count)}
             for name, size in aux_pool_sizes(schedule).items():   # the reward model's, after the actor's
                 pools[name] = Pool(name, n_devices - aux, size)
@@ -211,6 +208,24 @@ def _aux_devices(schedule: ScheduleConfig, n_devices: int, instance_devices: int
                          field="schedule.aux_devices",
                          fix=f"give at most {room}" if room > 0 else "give more devices or smaller layouts")
     return aux
+
+
+def _no_colocated_pool(n_devices: int, instance_devices: int, train_group_devices: int, why: str,
+                       source: str) -> RlsimError:
+    """A colocated pool is whole training replicas and whole rollout instances at once (a multiple of
+    both); where each fits but no common multiple does, the error says so rather than that neither fits
+    (24 devices, replicas of 3 and instances of 16: 48)."""
+    if max(instance_devices, train_group_devices) > n_devices:
+        return RlsimError(f"{n_devices} devices cannot hold one training replica of {train_group_devices}{why} "
+                          f"and one rollout instance of {instance_devices}", source=source,
+                          field="workload.train_layout",
+                          fix="use fewer TP x PP (with experts: a smaller ep or etp) or more devices")
+    unit = math.lcm(instance_devices, train_group_devices)
+    return RlsimError(f"a colocated pool trains whole replicas of {train_group_devices} devices{why} and generates on "
+                      f"whole rollout instances of {instance_devices}, so it takes a multiple of both, {unit}: more "
+                      f"than the {n_devices} devices", source=source, field="workload.train_layout",
+                      fix=f"use a training replica and a rollout instance of which one divides the other (or whose "
+                          f"least common multiple is at most {n_devices}), or at least {unit} devices")
 
 
 def aux_devices_with_room(schedule: ScheduleConfig, n_devices: int, source: str) -> int:

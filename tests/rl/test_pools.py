@@ -55,6 +55,20 @@ def test_colocated_full_is_whole_units(n: int, inst: int, group: int, actor: int
     assert build_pools(_Schedule("colocated"), n, inst, group) == {"actor": Pool("actor", 0, actor)}
 
 
+def test_a_colocated_pool_with_no_common_multiple_of_replica_and_instance_says_so() -> None:
+    """24 devices hold a replica of 3 and an instance of 16, but no colocated pool of both (48): the
+    error said '24 devices cannot hold one training replica of 3 and one rollout instance of 16'."""
+    with pytest.raises(RlsimError) as info:
+        build_pools(_Schedule("colocated"), 24, 16, 3)
+    text = str(info.value)
+    assert "cannot hold" not in text
+    assert "whole replicas of 3 devices" in text and "whole rollout instances of 16" in text
+    assert "a multiple of both, 48: more than the 24 devices" in text and "at least 48 devices" in text
+    assert info.value.field == "workload.train_layout"
+    with pytest.raises(RlsimError, match="16 devices cannot hold one training replica of 32"):   # too big alone
+        build_pools(_Schedule("colocated"), 16, 2, 32)
+
+
 def test_colocated_actor_leaves_the_rest_to_aux() -> None:
     pools = build_pools(_Schedule("colocated", fuse="actor", aux_fraction=0.125), 16, 2, 4)
     assert pools == {"actor": Pool("actor", 0, 12), "aux": Pool("aux", 12, 4)}
