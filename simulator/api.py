@@ -570,7 +570,23 @@ def compared_scenarios(scenario: Any, kinds: list[str], keywords: dict[str, Any]
         with _naming_kind(kind, kinds):
             out[kind] = _for_kind(lambda data: validate_scenario(data, source), data, per_kind[kind],
                                   dropped.setdefault(kind, []) if kind != own_kind else None, given)
+    _refuse_timers_none_keeps(data, out, keywords.get("overrides") or ())
     return out
+
+
+def _refuse_timers_none_keeps(data: Mapping[str, Any], scenarios: Mapping[str, Scenario], overrides: Iterable[str]) -> None:
+    """Timers this command's --set gives (output.timers) that every compared kind left out, having not
+    their phases, would change nothing in the comparison: an error, as a --set schedule knob none of
+    them takes (_refuse_knobs_none_takes). An import's timers are still left out where they do not apply."""
+    wanted = (data.get("output") or {}).get("timers") if isinstance(data.get("output"), Mapping) else None
+    keys = {parse_assignment(o)[0] for o in overrides}
+    if wanted is None or not keys & {"output", "output.timers"}:
+        return
+    if all(sc.output.timers != wanted for sc in scenarios.values()):
+        raise RlsimError(f"output.timers {wanted} names phases none of the compared kinds ({', '.join(scenarios)}) "
+                         "has", field="output.timers",
+                         fix="compare a colocated (fuse: full) or one-step-off kind (openrlhf: also disaggregated), "
+                             "or drop the --set")
 
 
 def _for_kind(validate: Callable[[dict[str, Any]], Scenario], data: Mapping[str, Any],

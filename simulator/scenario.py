@@ -2252,16 +2252,17 @@ def _check_workload_base(workload: Any, source: str, workload_file: str | None) 
 
 def _validate(data: dict[str, Any], source: str) -> Scenario:
     """The validated scenario; under a kind named alone (_KIND_ALONE), the section's knobs the kind
-    reads past (a ReadPastError) are left out too, as `rlsim compare` leaves them out of its kinds."""
+    reads past (a ReadPastError) are left out too, as `rlsim compare` leaves them out of its kinds, and
+    a framework's timers it has not the phases of unless this command's --set gives them."""
     data = dict(data)
     alone = data.pop(_KIND_ALONE, None)
     if alone is None:
         return _validate_as_given(data, source)
     read_past: list[tuple[str, str]] = []
     timers: list[tuple[str, str]] = []
-    scenario = validated_reading_past(lambda schedule: _without_foreign_timers({**data, "schedule": schedule}, source,
-                                                                               timers),
-                                      data["schedule"], alone["droppable"], read_past)
+    validate = ((lambda schedule: _validate_as_given({**data, "schedule": schedule}, source)) if alone["timers_given"]
+                else (lambda schedule: _without_foreign_timers({**data, "schedule": schedule}, source, timers)))
+    scenario = validated_reading_past(validate, data["schedule"], alone["droppable"], read_past)
     kind = scenario.schedule.kind
     scenario._schedule_left_out = (*(tuple(item) for item in alone["left_out"]),
                                    *((knob, f"is not read under {kind} ({why})") for knob, why in read_past),
@@ -2955,7 +2956,8 @@ def _put_schedule(data: dict[str, Any], schedule: Any, overrides: list[str]) -> 
                                             set_knobs)
     data["schedule"] = section
     droppable = sorted(set(section) - {"kind", "placement"} - set_knobs)
-    return {"left_out": left_out, "droppable": droppable}   # also an import's timers the kind may not have
+    # also an import's timers the kind may not have; not those this command's --set gives (as its knobs)
+    return {"left_out": left_out, "droppable": droppable, "timers_given": bool(set_keys & {"output", "output.timers"})}
 
 
 def _count(n: int) -> str:

@@ -206,6 +206,21 @@ def test_a_schedule_that_is_no_mapping_is_refused_naming_it(value):
     assert info.value.field == "schedule" and "valid dictionary" in info.value.message
 
 
+def test_timers_given_by_set_that_no_compared_kind_has_the_phases_of_are_refused():
+    """--set output.timers=nemo-rl compared as async and stalesync ran both without them (a note on
+    each), where a --set schedule knob none of the compared kinds takes is refused: it would change
+    nothing in the comparison. A kind that has the phases keeps them, the others run without."""
+    with pytest.raises(RlsimError) as info:
+        simulator.compare(None, ["async", "stalesync"], overrides=["output.timers=nemo-rl"], iterations=1,
+                          costs=FakeCosts())
+    assert info.value.field == "output.timers"
+    assert "none of the compared kinds (async, stalesync)" in info.value.message
+    cmp = simulator.compare(None, ["colocated", "stalesync"], overrides=["output.timers=nemo-rl"], iterations=1,
+                            costs=FakeCosts())
+    assert "nemo_rl_timing_s" in cmp.results["colocated"].summary
+    assert "nemo_rl_timing_s" not in cmp.results["stalesync"].summary
+
+
 def test_timers_no_framework_names_are_refused_not_left_out():
     """compare left out an output.timers its kinds refused whatever the refusal: a value that names no
     framework (--set output.timers=nope) ran as if not given, exit 0 (a --set fuzz); run refuses it.
