@@ -285,7 +285,8 @@ def verl_phases(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
     # steady figures: its first step waits for a whole generation (the warm-up verl's logs skip).
     # A hybrid step has no warm-up: the whole run's
     first = 1 if n >= 2 and not hybrid else 0
-    per_step = _steady_stage_s(rec, timeline, first) if first else {k: v / n for k, v in rec.stage_time_s.items()}
+    per_step = _steady_stage_s(rec, timeline, first) if first else {k: v / n for k, v in rec.stage_time_s.items()
+                                                                     if k != "reward" or _reward_model_in_turn(rec)}
     out = {name: per_step.get(stage, 0.0) for stage, name in VERL_PHASES.items()
            if stage in per_step or name in ("gen", "reward", "old_log_prob", "ref", "update_actor")}
     ends = [0.0] + [float(it["end"]) for it in its]
@@ -298,6 +299,14 @@ def verl_phases(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
     out["step"] = (ends[-1] - ends[first]) / (n - first)
     out["other"] = out["step"] - sum(v for k, v in out.items() if k != "step")
     return out
+
+
+def _reward_model_in_turn(rec: RunRecord) -> bool:
+    """Whether stage `reward` is a phase of the hybrid step (the rule rewards' verification, a reward
+    model's forward on the trainer's devices or its engines woken there), not the busy time of a
+    reward model served on devices of its own (pool reward_model), which scores beside the generation:
+    the step holds only the trainer's wait for its last answers (idle labelled reward)."""
+    return "reward_model" not in rec.pools
 
 
 def _steady_stage_s(rec: RunRecord, timeline: pd.DataFrame, first: int) -> dict[str, float]:
@@ -363,7 +372,8 @@ def openrlhf_timing(rec: RunRecord, verl: Mapping[str, float], stage_time_s: Map
     """OpenRLHF's timers on the hybrid engine (kind colocated, fuse full), seconds per step (the
     whole run's means, as verl_phases' hybrid figures); the named timers + other = step_total."""
     n = max(1, len(rec.iterations))
-    reward_model = float(stage_time_s.get("reward", 0.0)) if rec.scenario.workload.reward.kind == "model" else 0.0
+    reward_model = (float(stage_time_s.get("reward", 0.0)) if rec.scenario.workload.reward.kind == "model"
+                    and _reward_model_in_turn(rec) else 0.0)
     phases = {**verl, "reward_model": reward_model, "rule_reward": verl.get("reward", 0.0) - reward_model,
               "weight_sync": float(stage_time_s.get("weight_sync", 0.0))}
     out = {name: sum(phases.get(phase, 0.0) for phase in named) + sum(rec.switch_parts_s.get(part, 0.0)

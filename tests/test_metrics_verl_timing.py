@@ -129,6 +129,32 @@ def test_dynamic_sampling_counts_the_filters_reward_wait_once():
     assert dear["reward"] > cheap["reward"] + 1.0 and dear["other"] >= 0
 
 
+@pytest.mark.parametrize("handover", ["sample", "batch"])
+@pytest.mark.parametrize("timers", ["verl", "openrlhf"])
+def test_a_reward_model_on_devices_of_its_own_is_timed_by_the_drivers_wait(handover, timers):
+    """A hybrid-engine step scored by a reward model served on GPUs of its own (reward.served.devices):
+    `reward` added the pool's busy seconds, which run beside the generation on other devices, to the
+    trainer's wait for the last scores, so `other` came out at minus that time (-79.2 s a step for
+    grpo-qwen2.5-7b on 12 + 4 H100s, a user trial). The driver's phase is its wait (the actor's idle
+    labelled reward); the pool's busy time stays stage_time_s.reward."""
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 2}, schedule="colocated",
+                           iterations=2, overrides=["workload.prompts_per_step=64", "workload.mini_batch_prompts=64",
+                                                    "workload.reward.kind=model", "workload.reward.served.devices=4",
+                                                    f"workload.reward.handover={handover}", f"output.timers={timers}"])
+    s, timeline = r.summary, r.timeline
+    v = s["verl_timing_s"]
+    waits = timeline[(timeline["pool"] == "actor") & (timeline["state"] == "idle") & (timeline["label"] == "reward")]
+    wait = float(((waits["end"] - waits["start"]) * waits["rank_count"]).sum()) / s["pools"]["actor"] / 2
+    assert s["stage_time_s"]["reward"] > wait + 1.0          # the pool's busy time, mostly under the generation
+    assert v["reward"] == pytest.approx(wait, rel=1e-9)
+    assert v["other"] == pytest.approx(s["stage_time_s"]["fetch"], rel=1e-6)
+    assert all(value >= 0 for value in v.values())
+    if timers == "openrlhf":
+        assert all(value >= 0 for value in s["openrlhf_timing_s"].values())
+        # what no OpenRLHF timer holds: rlsim's fixed switch overhead, twice a step, and the fetch
+        assert s["openrlhf_timing_s"]["other"] == pytest.approx(2 * 0.5 + s["stage_time_s"]["fetch"], rel=1e-6)
+
+
 def test_the_reward_wait_is_named_inside_the_dependency_bubble():
     """The console showed a colocated step's wait for rule rewards as "bubble: dependency" while
     the critical path called the same seconds "reward" (a user trial): the summary says which share
