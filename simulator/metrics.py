@@ -285,8 +285,9 @@ def verl_phases(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
     # steady figures: its first step waits for a whole generation (the warm-up verl's logs skip).
     # A hybrid step has no warm-up: the whole run's
     first = 1 if n >= 2 and not hybrid else 0
-    per_step = _steady_stage_s(rec, timeline, first) if first else {k: v / n for k, v in rec.stage_time_s.items()
-                                                                     if k != "reward" or _reward_model_in_turn(rec)}
+    per_step = _steady_stage_s(rec, timeline, first) if first else {k: v / n for k, v in rec.stage_time_s.items()}
+    if not _reward_model_in_turn(rec):   # its own pool's busy seconds: the trainer's wait holds its part
+        per_step.pop("reward", None)
     out = {name: per_step.get(stage, 0.0) for stage, name in VERL_PHASES.items()
            if stage in per_step or name in ("gen", "reward", "old_log_prob", "ref", "update_actor")}
     ends = [0.0] + [float(it["end"]) for it in its]
@@ -302,10 +303,11 @@ def verl_phases(rec: RunRecord, timeline: pd.DataFrame) -> dict[str, float] | No
 
 
 def _reward_model_in_turn(rec: RunRecord) -> bool:
-    """Whether stage `reward` is a phase of the hybrid step (the rule rewards' verification, a reward
-    model's forward on the trainer's devices or its engines woken there), not the busy time of a
-    reward model served on devices of its own (pool reward_model), which scores beside the generation:
-    the step holds only the trainer's wait for its last answers (idle labelled reward)."""
+    """Whether stage `reward` is a phase of the trainer's step (the rule rewards' verification, a
+    reward model's forward on the trainer's devices or its engines woken there), not the busy time of
+    a reward model served on devices of its own (pool reward_model), which scores beside the
+    generation: the step holds only the trainer's wait for its last answers (the hybrid engine's
+    idle labelled reward; one-step-off's inside wait_prev_gen)."""
     return "reward_model" not in rec.pools
 
 

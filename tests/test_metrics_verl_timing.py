@@ -155,6 +155,23 @@ def test_a_reward_model_on_devices_of_its_own_is_timed_by_the_drivers_wait(hando
         assert s["openrlhf_timing_s"]["other"] == pytest.approx(2 * 0.5 + s["stage_time_s"]["fetch"], rel=1e-6)
 
 
+def test_one_step_off_beside_a_reward_model_on_devices_of_its_own_waits_for_it_in_wait_prev_gen():
+    """one-step-off's `reward` took the reward pool's busy seconds, apportioned by the trainer's idle
+    rows labelled reward, beside wait_prev_gen that holds that wait: `other` -15.1 s a step (128
+    prompts on 12 + 4 H100s, 3 steps). The pool scores beside the generation; the trainer's wait for
+    its last answers is part of its wait for the previous generation."""
+    r = simulator.simulate(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes": 2},
+                           schedule="one-step-off", iterations=3,
+                           overrides=["workload.prompts_per_step=128", "workload.mini_batch_prompts=64",
+                                      "workload.reward.kind=model", "workload.reward.served.devices=4"])
+    v, its = r.summary["verl_timing_s"], r.iterations
+    assert r.summary["stage_time_s"]["reward"] > 10.0
+    assert v["reward"] == 0.0
+    assert v["wait_prev_gen"] == pytest.approx(np.mean([its["start"][k] - its["end"][k - 1] for k in (1, 2)]))
+    assert v["other"] >= 0 and all(value >= 0 for value in v.values())
+    assert sum(v.get(k, 0.0) for k in NAMED) + v["other"] == pytest.approx(v["step"], rel=1e-12)
+
+
 def test_the_reward_wait_is_named_inside_the_dependency_bubble():
     """The console showed a colocated step's wait for rule rewards as "bubble: dependency" while
     the critical path called the same seconds "reward" (a user trial): the summary says which share
