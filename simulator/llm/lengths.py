@@ -144,7 +144,8 @@ class LengthDistribution:
                 raise RlsimError(f"length file not found: {mapping['file']}", source=source, field=f"{field}.file",
                                  fix="check the path (relative paths are read next to the file that names them, "
                                      "else from the working folder)")
-            kwargs["values"] = tuple(sorted(read_lengths(path, mapping.get("column"), field=f"{field}.column")))
+            kwargs["values"] = tuple(sorted(read_lengths(path, mapping.get("column"), field=f"{field}.column",
+                                                         file_field=f"{field}.file")))
         return cls(**kwargs)
 
     # ---- sampling ---------------------------------------------------------------------------
@@ -225,10 +226,16 @@ def _number(value: Any, kind: type, source: str, field: str) -> Any:
     return number
 
 
-def read_lengths(path: str | Path, column: str | None = None, field: str = "column") -> list[int]:
+# What a length file holds, said where its content is wrong
+LENGTH_FILE_FIX = "give one whole token count a line under a header naming the column (length), or a JSON list"
+
+
+def read_lengths(path: str | Path, column: str | None = None, field: str = "column",
+                 file_field: str = "file") -> list[int]:
     """Lengths from a JSON list (or {"lengths": [...]}) or a CSV (column `column`, else `length`,
     `response_length`, or the only column of a file that names no column asked for). `field`: the
-    key that gave `column`, named when that column is missing."""
+    key that gave `column`, named when that column is missing; `file_field` the key that gave the
+    file, named where its content is wrong (a CSV's by its line)."""
     path = Path(path)
     src = str(path)
     text = read_text(path, what="length file", fix="check the path (relative paths are read next to the scenario file)")
@@ -239,40 +246,48 @@ def read_lengths(path: str | Path, column: str | None = None, field: str = "colu
         elif column:
             raise RlsimError(f"column {column!r} asked for, but the file is a plain JSON list", source=src,
                              field=field, fix="remove column, or write {\"COLUMN\": [...]}")
-        raw = data if isinstance(data, list) else None
-        if raw is None:
-            raise RlsimError("expected a JSON list of lengths or {\"lengths\": [...]}", source=src)
+        if not isinstance(data, list):
+            raise RlsimError("expected a JSON list of lengths or {\"lengths\": [...]}", source=src, field=file_field,
+                             fix="write [512, 1024, ...] or {\"lengths\": [512, 1024, ...]}")
+        raw = [(f"entry {i}", value) for i, value in enumerate(data)]
     else:
-        rows = list(csv.reader(text.splitlines()))
-        if not rows:
-            raise RlsimError("empty length file", source=src)
-        header = [c.strip() for c in rows[0]]
-        has_header = not _is_number(header[0])
-        col = 0
-        if has_header:
-            names = [column] if column else ["length", "response_length", "len"]
-            hits = [header.index(n) for n in names if n in header]
-            if hits:
-                col = hits[0]
-            elif len(header) == 1 and not column:
-                col = 0
-            else:
-                raise RlsimError(f"no column {column!r} in {header}" if column else f"no length column in {header}",
-                                 source=src, field=field,
-                                 fix=f"use one of {header}" if column else "name the column `length` or set column: NAME")
-        elif column:
-            raise RlsimError(f"column {column!r} asked for, but the file has no header row", source=src, field=field,
-                             fix="add a header row naming the column, or remove column")
-        raw = [r[col] if col < len(r) else "" for r in rows[1 if has_header else 0:] if r and any(c.strip() for c in r)]
+        raw = _csv_lengths(text, column, src, field, file_field)
     out = []
-    for i, value in enumerate(raw):
+    for where, value in raw:
         if isinstance(value, bool) or not _is_number(value) or not 1 <= float(value) < MAX_TOKENS:
-            raise RlsimError(f"entry {i} is not a positive length: {value!r}", source=src,
+            raise RlsimError(f"{where} is not a positive length: {value!r}", source=src, field=file_field,
                              fix=f"give whole token counts from 1 to {MAX_TOKENS:.0e}")
         out.append(int(round(float(value))))
     if not out:
-        raise RlsimError("no lengths in file", source=src)
+        raise RlsimError("no lengths in file", source=src, field=file_field, fix=LENGTH_FILE_FIX)
     return out
+
+
+def _csv_lengths(text: str, column: str | None, src: str, field: str, file_field: str) -> list[tuple[str, Any]]:
+    """(its line, the value) of each length of a CSV's column (read_lengths), blank rows left out."""
+    rows = list(csv.reader(text.splitlines()))
+    if not rows:
+        raise RlsimError("empty length file", source=src, field=file_field, fix=LENGTH_FILE_FIX)
+    header = [c.strip() for c in rows[0]]
+    has_header = not _is_number(header[0])
+    col = 0
+    if has_header:
+        names = [column] if column else ["length", "response_length", "len"]
+        hits = [header.index(n) for n in names if n in header]
+        if hits:
+            col = hits[0]
+        elif len(header) == 1 and not column:
+            col = 0
+        else:
+            raise RlsimError(f"no column {column!r} in {header}" if column else f"no length column in {header}",
+                             source=src, field=field,
+                             fix=f"use one of {header}" if column else "name the column `length` or set column: NAME")
+    elif column:
+        raise RlsimError(f"column {column!r} asked for, but the file has no header row", source=src, field=field,
+                         fix="add a header row naming the column, or remove column")
+    first = 1 if has_header else 0
+    return [(f"line {first + i + 1}", r[col] if col < len(r) else "") for i, r in enumerate(rows[first:])
+            if r and any(c.strip() for c in r)]
 
 
 def _is_number(value: Any) -> bool:

@@ -107,6 +107,26 @@ def test_missing_or_bad_empirical_file(tmp_path):
         LengthDistribution.from_mapping({"dist": "empirical", "file": str(bad)})
 
 
+@pytest.mark.parametrize(("name", "text", "words"), [
+    ("bad.csv", "len\n100\n\n-5\n", "line 4 is not a positive length: '-5'"),
+    ("bad.json", "[100, -5]", "entry 1 is not a positive length: -5"),
+    ("header.csv", "len\n", "no lengths in file"),
+    ("empty.csv", "", "empty length file"),
+    ("dict.json", "{\"other\": [1]}", "expected a JSON list of lengths"),
+])
+def test_a_length_files_content_error_names_its_key_and_the_fix(tmp_path, name, text, words):
+    """A length file whose content is wrong said only the file ('no lengths in file', 'entry 1 is not a
+    positive length' counting data rows from 0): it names the key that gave the file, the CSV line,
+    and the fix, as every input error does."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(RlsimError) as info:
+        LengthDistribution.from_mapping({"dist": "empirical", "file": str(path)}, "w.yaml", "workload.response_length")
+    assert words in info.value.message
+    assert info.value.source == str(path) and info.value.field == "workload.response_length.file"
+    assert info.value.fix
+
+
 @settings(max_examples=50, deadline=None)
 @given(median=st.floats(1, 1e5), sigma=st.floats(0, 3), cap=st.integers(1, 65536),
        rho=st.floats(0, 0.99), seed=st.integers(0, 2**32 - 1))
