@@ -1215,12 +1215,14 @@ def load_model(spec: str | Path | Mapping[str, Any], *, field: str = "model",
             raise RlsimError(f"not UTF-8 text (byte {exc.start})", source=str(path), field=field,
                              fix="save the config.json as UTF-8") from None
         except json.JSONDecodeError as exc:
-            raise RlsimError(f"not valid JSON: {exc}", source=str(path)) from None
+            raise RlsimError(f"not valid JSON: {exc}", source=str(path), field=field,
+                             fix=f"correct the JSON at line {exc.lineno}, column {exc.colno}") from None
         except (ValueError, RecursionError) as exc:
             raise RlsimError(f"a value cannot be read: {exc}", source=str(path), field=field,
                              fix="give finite numbers of a sensible size") from None
         if not isinstance(cfg, dict):
-            raise RlsimError("expected a JSON object", source=str(path))
+            raise RlsimError(f"expected a JSON object, got a {type(cfg).__name__}", source=str(path), field=field,
+                             fix="give a Hugging Face config.json: one object of the model's keys")
         return spec_from_config(cfg, path.parent.name or path.stem, str(path))
     return _raise_unknown(text, source, field)
 

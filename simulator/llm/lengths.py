@@ -240,7 +240,7 @@ def read_lengths(path: str | Path, column: str | None = None, field: str = "colu
     src = str(path)
     text = read_text(path, what="length file", fix="check the path (relative paths are read next to the scenario file)")
     if path.suffix.lower() == ".json":
-        data = _read_json(text, src)
+        data = _read_json(text, src, file_field)
         if isinstance(data, dict):
             data = data.get(column or "lengths")
         elif column:
@@ -302,14 +302,15 @@ def _is_number(value: Any) -> bool:
 MAX_TOKENS = 1e9
 
 
-def _read_json(text: str, src: str) -> Any:
+def _read_json(text: str, src: str, field: str) -> Any:
     """JSON text of a length file; NaN / Infinity and integers past the digit limit are refused."""
     def refuse(constant: str) -> Any:
         raise RlsimError(f"{constant} is not a length", source=src, fix="give whole token counts")
     try:
         return json.loads(text, parse_constant=refuse)
     except json.JSONDecodeError as exc:
-        raise RlsimError(f"not valid JSON: {exc}", source=src) from None
+        raise RlsimError(f"not valid JSON: {exc}", source=src, field=field,
+                         fix=f"correct the JSON at line {exc.lineno}, column {exc.colno}") from None
     except (ValueError, RecursionError) as exc:   # an integer of more than 4,300 digits; nested too deep
         if isinstance(exc, RlsimError):
             raise

@@ -240,8 +240,13 @@ def test_bad_config_json_names_file_and_field(tmp_path):
         load_model(str(path))
     assert str(path) in str(err.value) and "num_hidden_layers" in str(err.value)
     path.write_text("{not json")
-    with pytest.raises(RlsimError, match="not valid JSON"):
-        load_model(str(path))
+    with pytest.raises(RlsimError, match="not valid JSON") as err:   # named by the key, with the fix
+        load_model(str(path), field="workload.model")
+    assert err.value.field == "workload.model" and "line 1" in err.value.fix
+    path.write_text("[1, 2]")
+    with pytest.raises(RlsimError, match="expected a JSON object") as err:
+        load_model(str(path), field="workload.model")
+    assert err.value.field == "workload.model" and "config.json" in err.value.fix
     bad = dict(PRESETS["llama3.1-8b"], num_key_value_heads=5)
     with pytest.raises(RlsimError, match="KV heads"):
         load_model(bad)

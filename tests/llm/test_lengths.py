@@ -113,6 +113,7 @@ def test_missing_or_bad_empirical_file(tmp_path):
     ("header.csv", "len\n", "no lengths in file"),
     ("empty.csv", "", "empty length file"),
     ("dict.json", "{\"other\": [1]}", "expected a JSON list of lengths"),
+    ("broken.json", "[1, 2", "not valid JSON"),
 ])
 def test_a_length_files_content_error_names_its_key_and_the_fix(tmp_path, name, text, words):
     """A length file whose content is wrong said only the file ('no lengths in file', 'entry 1 is not a
