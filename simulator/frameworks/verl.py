@@ -72,6 +72,7 @@ from .common import (
     world_divides,
 )
 from .verl_optimizer import critic_optimizer, hybrid_device_offload, optimizer_fields, override_decisions
+from .verl_transformer import TRANSFORMER_RULES, megatron_pipeline_split
 
 RECIPES = ("colocated", "one-step-off", "fully-async", "colocate-async", "separate-async", "sync")
 KIND_OF_RECIPE = {"colocated": "colocated", "one-step-off": "one-step-off", "fully-async": "verl-fully-async",
@@ -408,6 +409,7 @@ RULES: dict[str, Rule] = {
     f"{A}.actor.megatron.override_transformer_config.moe_token_dispatcher_type": mapped(
         "workload.train_params.comm.moe_token_dispatcher", "alltoall, verl's (models/mcore/config_converter.py); "
         "allgather is refused: verl sets variable_seq_lengths=True, beside which Megatron-Core refuses it"),
+    **TRANSFORMER_RULES,
     f"{A}.actor.megatron.override_transformer_config.attention_backend": unsupported(
         "attention kernels other than flash are not modelled", neutral="flash"),
     f"{A}.actor.load_weight": ignored("model loading options: no effect on step time"),
@@ -1320,6 +1322,8 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         _train_layout(v, decided), model, {"sequence_parallel": f"{m}.sequence_parallel",
                                            "etp": f"{m}.expert_tensor_parallel_size"}, decided)
     _expert_tp_default(v, w["train_layout"], model)
+    if str(v(f"{A}.actor.strategy")) == "megatron":
+        megatron_pipeline_split(v, w["train_layout"], model, decided)
     _train_software(v, w, decided)
     _entropy(v, recipe, w, decided)
     _logprob_traffic(v, w, decided)
