@@ -70,6 +70,10 @@ GATED_KNOBS: dict[str, dict[str, Gate]] = {
     "compute": {**dict.fromkeys(("flash_backward_efficiency_ratio", "flash_causal_fraction", "flash_backward_factor"),
                                 _FLASH),
                 **dict.fromkeys(("score_traffic_fwd_bytes", "score_traffic_bwd_bytes"), _MATERIALIZED),
+                "moe_pad_expert_input_to_capacity": Gate(
+                    ("moe_expert_capacity_factor",), lambda v: v["moe_expert_capacity_factor"] is not None,
+                    "compute.moe_expert_capacity_factor", "each expert padded to its capacity, which the factor sets",
+                    "give compute.moe_expert_capacity_factor"),
                 "attention_skips_padding": Gate(("flash_attention",), lambda v: bool(v["flash_attention"]),
                                                 "compute.flash_attention: true", "the flash kernel's varlen path "
                                                 "over the padded rows' real tokens; materialized scores cover the "
@@ -236,6 +240,16 @@ class ComputeParams(StrictModel):
     # tokens a micro-batch). A number >= 1: a measured factor that includes the router's own skew
     # (Megatron-Core logs the tokens per expert with --moe-per-layer-logging), which replaces it.
     moe_load_imbalance: float | None = Field(None, ge=1)
+    # Megatron-Core's token dropping (TransformerConfig.moe_expert_capacity_factor; 0.13.0 moe/moe_utils.py
+    # get_capacity, topk_softmax_with_capacity): each expert takes at most ceil(tokens x k / E x factor) of a
+    # rank's routed copies, so an EP rank receives at most factor x its mean rows. Under ep > 1 the busiest
+    # rank's factor above becomes min(it, factor): an upper bound (capping each expert also trims ranks under
+    # the cap) that leaves out the ceiling's under-a-row an expert. None: dropless, Megatron-Core's default.
+    moe_expert_capacity_factor: float | None = Field(None, gt=0)
+    # moe_pad_expert_input_to_capacity (read with the factor; Megatron-Core refuses it without one): each
+    # expert computes its whole capacity, padded (token_dispatcher.py MoEAlltoAllTokenDispatcher drop_and_pad):
+    # every rank's routed rows and exchanges are factor x the mean, whatever the routing.
+    moe_pad_expert_input_to_capacity: bool = False
     # Backward of an elementwise op reads its saved input and the incoming gradient and writes the
     # outgoing one: ~2x the forward traffic.
     backward_traffic_factor: float = Field(2.0, ge=0)
@@ -2130,6 +2144,9 @@ LAYOUT_GATED_COMPUTE: dict[str, LayoutGate] = {
     "moe_load_imbalance": LayoutGate(lambda lay: lay.ep > 1, "expert parallelism (train_layout.ep > 1)",
                                      "the busiest EP rank's routed tokens over the mean, which pace the routed "
                                      "experts and the all-to-alls", "set workload.train_layout.ep above 1"),
+    **dict.fromkeys(("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity"), LayoutGate(
+        lambda lay: lay.ep > 1, "expert parallelism (train_layout.ep > 1)", "the cap (or pad) of the busiest EP "
+        "rank's routed tokens at the experts' capacity", "set workload.train_layout.ep above 1")),
 }
 # train_params.memory knobs that only ZeRO-3 reads (llm/memory.py, the gathered working set), or only
 # ZeRO-1 / 2 (its backward buffers): the same rule as LAYOUT_GATED_COMM.
@@ -2334,6 +2351,8 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
                                                               "an MoE model"),
              "comm.moe_token_dispatcher": (shapes.experts, "a model with routed experts", "an MoE model"),
              "compute.moe_load_imbalance": (shapes.experts, "a model with routed experts", "an MoE model"),
+             **dict.fromkeys(("compute.moe_expert_capacity_factor", "compute.moe_pad_expert_input_to_capacity"),
+                             (shapes.experts, "a model with routed experts", "an MoE model")),
              "memory.score_bytes_per_elem": (not flash, "materialized attention (flash_attention: false)",
                                              "flash_attention: false"),
              "comm.tp_userbuffers": (shapes.userbuffer_blocks, "a dense attention + MLP layer (TE userbuffers "

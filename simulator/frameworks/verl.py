@@ -72,7 +72,7 @@ from .common import (
     world_divides,
 )
 from .verl_optimizer import critic_optimizer, hybrid_device_offload, optimizer_fields, override_decisions
-from .verl_transformer import TRANSFORMER_RULES, megatron_pipeline_split
+from .verl_transformer import TRANSFORMER_RULES, megatron_expert_capacity, megatron_pipeline_split
 
 RECIPES = ("colocated", "one-step-off", "fully-async", "colocate-async", "separate-async", "sync")
 KIND_OF_RECIPE = {"colocated": "colocated", "one-step-off": "one-step-off", "fully-async": "verl-fully-async",
@@ -1335,6 +1335,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     _hybrid_device_optimizer(v, w, decided)
     if str(v(f"{A}.actor.strategy")) == "megatron":
         megatron_token_dispatcher(v, VERL_DISPATCHER, w, decided, variable_seq_lengths=VERL_VARIABLE_SEQ_LENGTHS)
+        megatron_expert_capacity(v, w, decided)
     _lora(v, w, decided)
     _multi_turn(v, w, decided)
     mode = v(f"{A}.rollout.mode")

@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RlsimError
-from .common import Rule, Status, ignored, mapped, unsupported
+from .common import Rule, Status, has_experts, ignored, mapped, merge_train_params, unsupported
 
 # The section verl's megatron workers read (verl 0.6.1 workers/megatron_workers.py _build_model_optimizer)
 TRANSFORMER = "actor_rollout_ref.actor.megatron.override_transformer_config"
 FIRST_STAGE, LAST_STAGE = (f"{TRANSFORMER}.num_layers_in_{end}_pipeline_stage" for end in ("first", "last"))
+CAPACITY = f"{TRANSFORMER}.moe_expert_capacity_factor"
+PAD = f"{TRANSFORMER}.moe_pad_expert_input_to_capacity"
 EMBEDDING_SPLIT, LOSS_SPLIT = (f"{TRANSFORMER}.account_for_{part}_in_pipeline_split" for part in ("embedding", "loss"))
 
 _SPLIT = ("Megatron-Core's uneven pipeline split (0.13.0 transformer/transformer_block.py "
@@ -34,6 +36,12 @@ TRANSFORMER_RULES: dict[str, Rule] = {
         part="input embedding", other="loss", end="first", what="embedding")),
     LOSS_SPLIT: mapped("workload.train_layout.pp_last_stage_layers", _ACCOUNTED.format(
         part="loss (output layer)", other="embedding", end="last", what="output layer and loss")),
+    CAPACITY: mapped("workload.train_params.compute.moe_expert_capacity_factor", "Megatron-Core's token "
+                     "dropping (0.13.0 moe/moe_utils.py get_capacity): the busiest EP rank's routed rows capped at that "
+                     "many times the mean; null or negative: dropless (Megatron-Core's default); ep 1: not read "
+                     "(rlsim prices the mean there)"),
+    PAD: mapped("workload.train_params.compute.moe_pad_expert_input_to_capacity", "true: every expert computes its "
+                "capacity (token_dispatcher.py drop_and_pad): every EP rank's rows the factor x the mean"),
     **{f"{TRANSFORMER}.{k}": ignored(_ROUTER_LOSS) for k in (
         "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_router_bias_update_rate")},
     # neutral: the value rlsim's Megatron-Core stack prices (params.py ComputeParams, MemoryParams)
@@ -137,3 +145,51 @@ def _num_layers(model: Any, key: str, src: str) -> int:
                          fix="give actor_rollout_ref.model.path (or --set workload.model), or the stage counts "
                              "num_layers_in_first / last_pipeline_stage")
     return int(load_model(model).num_layers)
+
+
+def megatron_expert_capacity(v: Any, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
+    """moe_expert_capacity_factor / moe_pad_expert_input_to_capacity onto workload.train_params.compute,
+    after w's model and train_layout are mapped. Megatron-Core 0.13.0 (transformer_config.py __post_init__)
+    reads a negative factor as none (dropless), refuses the pad without a factor and a factor beside the
+    sinkhorn balancing: so does this. Not passed on where rlsim's cap acts on nothing: a dense model, or
+    ep 1 (no busiest rank; the mean is priced), where a factor below 1 or the pad is unsupported."""
+    src, factor = v.result.source, _capacity_factor(v)
+    pad = v.given(PAD) and v.flag(PAD)
+    if pad and factor is None:
+        raise RlsimError("moe_pad_expert_input_to_capacity without a capacity factor: Megatron-Core refuses it "
+                         "('moe_expert_capacity_factor must be set')", source=src, field=PAD,
+                         fix=f"give {CAPACITY}, or drop the pad")
+    if factor is None:
+        if v.given(CAPACITY):
+            decided[CAPACITY] = ("ignored", "null or negative: dropless, Megatron-Core's default (what rlsim prices)")
+        return
+    balancing = f"{TRANSFORMER}.moe_router_load_balancing_type"
+    if v.given(balancing) and v(balancing) == "sinkhorn":
+        raise RlsimError("a capacity factor beside the sinkhorn balancing: Megatron-Core refuses it "
+                         "('moe_expert_capacity_factor only works with aux_loss or none load balancing')", source=src,
+                         field=CAPACITY, fix=f"pass {balancing}=aux_loss (or none), or drop {CAPACITY}")
+    layout = w.get("train_layout")
+    ep = layout.get("ep", 1) if isinstance(layout, dict) else 1
+    keys = [CAPACITY] + ([PAD] if v.given(PAD) else [])
+    if not has_experts(w.get("model"), ep):
+        decided.update(dict.fromkeys(keys, ("ignored", "the model has no routed experts")))
+    elif ep == 1 and (pad or factor < 1):
+        decided.update(dict.fromkeys(keys, ("unsupported", "at ep 1 the dropped or padded expert rows are not "
+                                            "modelled: rlsim prices every expert at its mean rows there")))
+    elif ep == 1:
+        decided.update(dict.fromkeys(keys, ("ignored", f"ep 1: rlsim prices every expert at its mean rows, which a "
+                                            f"capacity of {factor} x the mean does not cap")))
+    else:
+        merge_train_params(w, {"compute": {"moe_expert_capacity_factor": factor,
+                                           **({"moe_pad_expert_input_to_capacity": True} if pad else {})}})
+
+
+def _capacity_factor(v: Any) -> float | None:
+    """The capacity factor (None: dropless, as Megatron-Core reads null or a negative one); 0 is refused."""
+    if not v.given(CAPACITY) or v(CAPACITY) is None:
+        return None
+    value = v(CAPACITY)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value == 0:
+        raise RlsimError(f"expected a capacity factor (a number, not 0), got {value!r}", source=v.result.source,
+                         field=CAPACITY, fix=f"pass {CAPACITY}=1.0 (for example), or null for dropless")
+    return None if value < 0 else float(value)

@@ -62,15 +62,22 @@ def busiest_rank_factor(tokens: np.ndarray | float, experts_per_token: int, num_
 
 
 def routed_load_factor(num_experts: int, experts_per_token: int, tokens: np.ndarray | float, *, tp: int, ep: int,
-                       etp: int, imbalance: float | None) -> np.ndarray | None:
+                       etp: int, imbalance: float | None, capacity_factor: float | None = None,
+                       pad_to_capacity: bool = False) -> np.ndarray | None:
     """The busiest EP rank's routed rows over the mean, per micro-batch of `tokens` tokens on one
     rank (after CP), or None without expert parallelism (ep 1: no rank waits for another). The EP
     group routes ep x tokens x etp / tp tokens together (each rank's tokens / tp with SP, gathered
     over the expert-TP group). ``imbalance`` (ComputeParams.moe_load_imbalance): a measured factor
-    that replaces the derived one."""
+    that replaces the derived one. ``capacity_factor`` (moe_expert_capacity_factor): Megatron-Core's
+    token dropping caps each rank at that many times the mean, min(factor, capacity); with
+    ``pad_to_capacity`` every expert computes its capacity: the capacity factor itself."""
     if ep <= 1 or not num_experts:
         return None
     n = np.asarray(tokens, dtype=float)
+    if capacity_factor is not None and pad_to_capacity:
+        return np.full(n.shape, float(capacity_factor))
     if imbalance is not None:
-        return np.full(n.shape, float(imbalance))
-    return busiest_rank_factor(n * ep * etp / tp, experts_per_token, num_experts, ep)
+        load = np.full(n.shape, float(imbalance))
+    else:
+        load = busiest_rank_factor(n * ep * etp / tp, experts_per_token, num_experts, ep)
+    return load if capacity_factor is None else np.minimum(load, float(capacity_factor))

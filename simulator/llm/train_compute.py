@@ -148,7 +148,8 @@ def expert_load(layer: LayerShape, tokens: np.ndarray, tp: int, ep: int, etp: in
     if not layer.moe:
         return None
     return routed_load_factor(layer.num_experts, layer.experts_per_token, tokens, tp=tp, ep=ep, etp=etp,
-                              imbalance=params.moe_load_imbalance)
+                              imbalance=params.moe_load_imbalance, capacity_factor=params.moe_expert_capacity_factor,
+                              pad_to_capacity=params.moe_pad_expert_input_to_capacity)
 
 
 def gemm_times(layer: LayerShape, tokens: np.ndarray, *, tp: int, ep: int, rates: DeviceRates,

@@ -124,3 +124,39 @@ def test_an_imported_deepseek_config_with_uneven_first_and_last_stages_runs():
     assert _counts(imported, 61) == (3, *[4] * 14, 2)
     run = simulate(imported.scenario, iterations=1)
     assert run.summary["steady_step_time_s"] > 0
+
+
+CAPACITY, PAD = f"{T}.moe_expert_capacity_factor", f"{T}.moe_pad_expert_input_to_capacity"
+
+
+def _compute(imported) -> dict:
+    """The capacity keys of the imported train_params.compute."""
+    compute = imported.scenario["workload"].get("train_params", {}).get("compute", {})
+    return {k: v for k, v in compute.items() if k.startswith("moe_")}
+
+
+def test_the_capacity_factor_and_pad_map_onto_the_busiest_ranks_cap():
+    dropped = _import(1, f"+{CAPACITY}=1.25")
+    assert _compute(dropped) == {"moe_expert_capacity_factor": 1.25} and CAPACITY in dropped.mapped
+    padded = _import(1, f"+{CAPACITY}=1.5", f"+{PAD}=true")
+    assert _compute(padded) == {"moe_expert_capacity_factor": 1.5, "moe_pad_expert_input_to_capacity": True}
+    compute = load_scenario(padded.scenario).workload.train_params.compute
+    assert (compute.moe_expert_capacity_factor, compute.moe_pad_expert_input_to_capacity) == (1.5, True)
+    for value in ("null", "-1"):   # Megatron-Core reads a negative factor as none: dropless
+        dropless = _import(1, f"+{CAPACITY}={value}")
+        assert _compute(dropless) == {} and "dropless" in dropless.ignored[CAPACITY]
+
+
+def test_the_capacity_is_not_passed_on_where_it_caps_nothing_and_refused_where_megatron_refuses_it():
+    ep1 = [*QWEN3_MOE[:2], f"{M}.expert_model_parallel_size=1"]
+    at_ep1 = _import(1, f"+{CAPACITY}=1.25", model=ep1)
+    assert _compute(at_ep1) == {} and "mean rows" in at_ep1.ignored[CAPACITY]
+    padded_ep1 = _import(1, f"+{CAPACITY}=1.25", f"+{PAD}=true", model=ep1)
+    assert _compute(padded_ep1) == {} and "not modelled" in padded_ep1.unsupported[PAD]
+    dense = _import(1, f"+{CAPACITY}=1.25", model=["actor_rollout_ref.actor.strategy=megatron"])
+    assert _compute(dense) == {} and "no routed experts" in dense.ignored[CAPACITY]
+    for overrides, field in (([f"+{PAD}=true"], PAD), ([f"+{CAPACITY}=0"], CAPACITY),
+                             ([f"+{CAPACITY}=1.0", f"+{T}.moe_router_load_balancing_type=sinkhorn"], CAPACITY)):
+        with pytest.raises(RlsimError) as exc:
+            _import(1, *overrides)
+        assert exc.value.field == field
