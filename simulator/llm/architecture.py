@@ -118,6 +118,15 @@ class ModelSpec:
     # moe_layer_freq, Qwen2-MoE's mlp_only_layers / decoder_sparse_step): their indices; () with the
     # dense layers first (first_k_dense) or none.
     dense_layers: tuple[int, ...] = ()
+    # Group-limited routing (DeepSeek-V2 topk_method group_limited_greedy, DeepSeek-V3 noaux_tc; config.json
+    # n_group, topk_group; Megatron-Core moe_router_num_groups / moe_router_group_topk): the routed experts
+    # split into `expert_groups` groups of consecutive experts, each token's top-k taken inside the
+    # `expert_groups_per_token` groups it picks first (transformers DeepseekV3MoE.route_tokens_to_experts:
+    # scores.view(-1, n_group, n_routed_experts // n_group), topk over the groups). DeepSeek-V3 (arXiv
+    # 2412.19437 sec. 2.1.2 / 3.2.2): 8 groups, 4 a token, which keeps a token on at most 4 nodes. 1 / 0: no
+    # limit. Read by the DeepEP dispatcher's count of the nodes a token reaches (llm/deepep.py).
+    expert_groups: int = 1
+    expert_groups_per_token: int = 0
     # Routed experts stored as stacked tensors, one per projection for all of a layer's experts
     # (gpt-oss: gate_up_proj, down_proj and their biases; Llama 4: gate_up_proj, down_proj), not one
     # per expert (Mixtral, Qwen, DeepSeek): what a refit that sends tensor by tensor counts.
@@ -206,6 +215,7 @@ class ModelSpec:
             if not 0 < self.experts_per_token <= self.num_experts:
                 raise RlsimError(f"experts per token must be in 1..{self.num_experts}, got "
                                  f"{self.experts_per_token}", source=src, field="num_experts_per_tok")
+            self._check_expert_groups(src)
             if self.moe_ffn_hidden <= 0:
                 raise RlsimError("an MoE model needs the expert FFN width", source=src,
                                  field="moe_intermediate_size", fix="set moe_intermediate_size")
@@ -230,6 +240,21 @@ class ModelSpec:
         if not self.is_mla and self.num_heads % self.num_kv_heads:
             raise RlsimError(f"{self.num_heads} attention heads are not a multiple of "
                              f"{self.num_kv_heads} KV heads", source=src, field="num_key_value_heads")
+
+    def _check_expert_groups(self, src: str) -> None:
+        """Group-limited routing: groups that split the experts evenly, at most all of them a token, and
+        enough experts in a token's groups for its top-k (transformers DeepseekV3MoE's topk inside them)."""
+        groups, per_token = self.expert_groups, self.expert_groups_per_token
+        if groups < 1 or self.num_experts % groups:
+            raise RlsimError(f"n_group {groups} does not split the {self.num_experts} routed experts into equal "
+                             "groups", source=src, field="n_group", fix="give n_group as the model's config.json does")
+        if not 0 <= per_token <= groups:
+            raise RlsimError(f"topk_group {per_token} must be in 0..n_group ({groups})", source=src,
+                             field="topk_group", fix="give topk_group as the model's config.json does")
+        if per_token and per_token * self.num_experts // groups < self.experts_per_token:
+            raise RlsimError(f"topk_group {per_token} of {groups} groups hold {per_token * self.num_experts // groups} "
+                             f"experts, fewer than the {self.experts_per_token} a token picks", source=src,
+                             field="topk_group", fix="give topk_group as the model's config.json does")
 
     def _check_hybrid(self, src: str) -> None:
         bad = sorted(set(self.layer_pattern) - {MAMBA_BLOCK, ATTENTION_BLOCK, MLP_BLOCK})
@@ -840,6 +865,7 @@ def spec_from_config(cfg: Mapping[str, Any], name: str, source: str, read: set[s
             moe_ffn_hidden=moe_ffn if experts else 0,
             **(_moe_placement(cfg, source, _int(cfg, source, "num_hidden_layers", "n_layer", "num_layers"))
                if experts else {}),
+            **(_expert_groups(cfg, source) if experts else {}),
             q_lora_rank=_int(cfg, source, "q_lora_rank", default=0) if kv_lora else 0,
             kv_lora_rank=kv_lora,
             mtp_layers=_int(cfg, source, "num_nextn_predict_layers", default=0),
@@ -925,6 +951,22 @@ _GATED_DELTANET_KEYS = ("linear_num_key_heads", "linear_num_value_heads")
 # Routed experts and their top-k as the MoE families name them (ERNIE 4.5: moe_num_experts, moe_k).
 _EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k", "moe_k")
+
+
+# The routers that pick a token's experts inside its top groups (transformers modeling_deepseek_v3.py
+# DeepseekV3MoE.route_tokens_to_experts; DeepSeek-V2's MoEGate topk_method "group_limited_greedy"; its
+# "greedy" takes the top-k over all experts and leaves n_group unread).
+_GROUP_LIMITED_ROUTERS = ("group_limited_greedy", "noaux_tc")
+
+
+def _expert_groups(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """expert_groups / expert_groups_per_token from config.json n_group / topk_group where the router
+    limits a token to its top groups (deepseek_v3 always: its MoE gate has no other method; deepseek_v2
+    under topk_method group_limited_greedy), else none (1 group, no limit)."""
+    method = cfg.get("topk_method", "noaux_tc" if cfg.get("model_type") == "deepseek_v3" else "greedy")
+    if method not in _GROUP_LIMITED_ROUTERS or cfg.get("n_group") is None:
+        return {}
+    return {"expert_groups": _int(cfg, source, "n_group"), "expert_groups_per_token": _int(cfg, source, "topk_group")}
 
 
 def _moe_placement(cfg: Mapping[str, Any], source: str, num_layers: int) -> dict[str, Any]:

@@ -39,6 +39,9 @@ _DEEPSEEK_V3 = {
     "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
     "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
 }
+# Its group-limited router (the same config.json): 8 groups of 32 experts, a token's top-8 inside its top-4
+# groups (arXiv 2412.19437 sec. 2.1.2: at most 4 nodes a token).
+_DEEPSEEK_V3_ROUTER = {"n_group": 8, "topk_group": 4, "topk_method": "noaux_tc"}
 
 _QWEN2_TIED = {**_QWEN2, "tie_word_embeddings": True, "vocab_size": 151936}
 _QWEN3_TIED = {**_QWEN3, "tie_word_embeddings": True}
@@ -136,8 +139,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                      "num_attention_heads": 64, "num_key_value_heads": 8},
     "llama3.1-405b": {**_LLAMA, "num_hidden_layers": 126, "hidden_size": 16384, "intermediate_size": 53248,
                       "num_attention_heads": 128, "num_key_value_heads": 8},
-    "deepseek-v3": dict(_DEEPSEEK_V3),
-    "deepseek-r1": dict(_DEEPSEEK_V3),  # same architecture as V3 (deepseek-ai/DeepSeek-R1 config.json)
+    "deepseek-v3": {**_DEEPSEEK_V3, **_DEEPSEEK_V3_ROUTER},
+    "deepseek-r1": {**_DEEPSEEK_V3, **_DEEPSEEK_V3_ROUTER},  # same architecture as V3 (deepseek-ai/DeepSeek-R1 config.json)
     # (no MTP module: the seed articles and models.md give none, so method mtp is refused on it)
     "pangu-ultra-moe": {**_DEEPSEEK_V3, "model_type": "pangu_ultra_moe", "hidden_size": 7680,
                         "vocab_size": 153376, "num_nextn_predict_layers": 0},
