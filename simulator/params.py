@@ -716,8 +716,6 @@ UNMODELLED_DISPATCHERS = {
     "alltoall_seq": "megatron-core 0.10 / 0.11 MoEAlltoAllSEQTokenDispatcher (moe/legacy_a2a_token_dispatcher.py: "
                     "'a replica of the MoEAlltoAllTokenDispatcher from version 0.8', the one 'alltoall' is read "
                     "from): price it as 'alltoall'",
-    "flex": "megatron-core 0.13.0 MoEFlexTokenDispatcher (not in 0.11.0), DeepEP's fused dispatch and combine kernels over the "
-            "expert-TP x EP group: not modelled",
 }
 
 
@@ -755,8 +753,20 @@ class CommParams(StrictModel):
     # TransformerConfig default is "allgather" (0.8.0 - 0.13.0), which from 0.10.0 it refuses beside
     # variable_seq_lengths=True, set by verl, SkyRL and AReaL (verl's and SkyRL's importers refuse it;
     # AReaL never reads the key). "alltoall_seq" (in 0.10.0 and 0.11.0, not 0.8.0 nor 0.13.0: the 0.8
-    # all-to-all kept) and "flex" (DeepEP, in 0.13.0) are refused (UNMODELLED_DISPATCHERS).
-    moe_token_dispatcher: Literal["alltoall", "allgather"] = "alltoall"
+    # all-to-all kept) is refused (UNMODELLED_DISPATCHERS).
+    # - "flex" (MoEFlexTokenDispatcher, 0.13.0, with moe_enable_deepep: DeepEP's normal kernels over the
+    #   expert-TP x EP group; what verl / NeMo RL / slime recipes for DeepSeek-V3 and Qwen3-235B set): each
+    #   token sent once to each node holding any of its experts (RDMA, to the rank of the same GPU index)
+    #   and forwarded once to each rank there that holds one (NVLink); the combine the reverse, summed in
+    #   the node before RDMA (llm/deepep.py: the expected distinct ranks and nodes a token reaches, under
+    #   the model's group-limited routing where it has one). Priced as an all-to-all of the rank's rows x
+    #   the distinct nodes over each rail (ranks of one GPU index) beside one of the rows x the distinct
+    #   ranks inside each node, the slower of the two (DeepEP's internode kernel forwards chunk by chunk
+    #   while RDMA runs), dispatch and combine, the busiest EP rank's rows, x (1 - ep_overlap_fraction);
+    #   no expert-TP gather (the group covers it). Megatron asserts tp_size x ep_size > 1 (the layout gate
+    #   below) and moe_enable_deepep (the importers); DeepEP's SMs taken from the GEMMs
+    #   (moe_deepep_num_sms, 20) are not modelled.
+    moe_token_dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
     # Ring-attention CP overlaps the KV exchange with the blocks already local (Megatron-Core CP);
     # half hidden is an assumption until calibrated.
     cp_overlap_fraction: float = Field(0.5, ge=0, le=1)
@@ -902,8 +912,8 @@ class CommParams(StrictModel):
         if value in UNMODELLED_DISPATCHERS:
             raise ValueError(f"Megatron-Core's {value!r} token dispatcher is not one rlsim prices "
                              f"({UNMODELLED_DISPATCHERS[value]}); rlsim prices 'alltoall' (the k routed copies "
-                             "all-to-all over EP) and 'allgather' (the tokens all-gathered over expert-TP x EP): "
-                             "use one of them")
+                             "all-to-all over EP), 'allgather' (the tokens all-gathered over expert-TP x EP) and "
+                             "'flex' (DeepEP's dispatch and combine): use one of them")
         return value
 
     @field_validator(*GATED_KNOBS["comm"], mode="after")

@@ -1030,26 +1030,59 @@ DISPATCHER_VARIABLE_LENGTH_CHECK = "megatron-core 0.10.0 - 0.13.0 transformer/tr
 DISPATCHER_FIELD = "workload.train_params.comm.moe_token_dispatcher"
 
 
+# Megatron-Core pairs DeepEP with the flex dispatcher both ways (megatron-core 0.13.0 transformer_config.py
+# __post_init__: "DeepEP backend is only supported with flex token dispatcher."; moe/token_dispatcher.py
+# MoEFlexTokenDispatcher: assert config.moe_enable_deepep, "DeepEP is not enabled. Please set
+# --moe-enable-deepep to use DeepEP backend.").
+DEEPEP_CHECK = "megatron-core 0.13.0 transformer_config.py / moe/token_dispatcher.py MoEFlexTokenDispatcher"
+
+
+def check_deepep_pair(v: Values, key: str, deepep_key: str) -> None:
+    """Megatron-Core's pairing of moe_enable_deepep (``deepep_key``, default false) with the flex
+    dispatcher (``key``): either without the other refused at the key that breaks it (DEEPEP_CHECK)."""
+    src = v.result.source
+    value = v(key) if v.given(key) else None
+    deepep = v.flag(deepep_key) if v.given(deepep_key) else False
+    if value == "flex" and not deepep:
+        raise RlsimError(f"the flex token dispatcher without {deepep_key}: Megatron-Core asserts it at start-up "
+                         f"({DEEPEP_CHECK}: 'DeepEP is not enabled')", source=src, field=deepep_key,
+                         fix=f"pass {deepep_key}=true (or {key}=alltoall)")
+    if deepep and value != "flex":
+        raise RlsimError(f"{deepep_key}=true beside the {value or 'default (alltoall)'} token dispatcher: "
+                         f"Megatron-Core refuses it at start-up ({DEEPEP_CHECK}: 'DeepEP backend is only supported "
+                         "with flex token dispatcher')", source=src, field=deepep_key,
+                         fix=f"pass {key}=flex, or {deepep_key}=false")
+
+
 def megatron_token_dispatcher(v: Values, key: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]], *,
-                              variable_seq_lengths: str | None) -> None:
+                              variable_seq_lengths: str | None, deepep_key: str | None = None) -> None:
     """A framework's Megatron-Core moe_token_dispatcher_type (``key``) onto workload.train_params.comm.
-    moe_token_dispatcher (alltoall or allgather), after w's model and train_layout are mapped; left out,
-    the stack's (alltoall, each framework's default). ``variable_seq_lengths``: where the framework sets
+    moe_token_dispatcher (alltoall, allgather or flex), after w's model and train_layout are mapped; left
+    out, the stack's (alltoall, each framework's default). ``variable_seq_lengths``: where the framework sets
     Megatron's variable_seq_lengths=True (its file), beside which Megatron-Core refuses allgather
-    (DISPATCHER_VARIABLE_LENGTH_CHECK): refused here too. Without a routed token leaving its rank (a
-    dense model, or neither ep nor expert TP above 1) it is listed ignored, as both dispatchers move
-    nothing there. Megatron-Core's other dispatchers are refused (params.UNMODELLED_DISPATCHERS)."""
+    (DISPATCHER_VARIABLE_LENGTH_CHECK): refused here too. ``deepep_key``: the framework's
+    moe_enable_deepep, which flex needs and which needs flex (check_deepep_pair); a framework without one
+    (None) has flex refused. Without a routed token leaving its rank (a dense model, or neither ep nor
+    expert TP above 1) it is listed ignored, as every dispatcher moves nothing there. Megatron-Core's
+    other dispatchers are refused (params.UNMODELLED_DISPATCHERS)."""
     from ..params import UNMODELLED_DISPATCHERS
-    if not v.given(key):
+    src = v.result.source
+    value = v(key) if v.given(key) else None
+    if deepep_key is not None:
+        check_deepep_pair(v, key, deepep_key)
+    if value is None:
         return
-    value, src = v(key), v.result.source
     if value in UNMODELLED_DISPATCHERS:
         raise RlsimError(f"Megatron-Core's {value!r} token dispatcher is not one rlsim prices "
                          f"({UNMODELLED_DISPATCHERS[value]})", source=src, field=key,
                          fix=f"pass {key}=alltoall (or allgather where the framework allows it)")
-    if value not in ("alltoall", "allgather"):
+    if value not in ("alltoall", "allgather", "flex"):
         raise RlsimError(f"unknown Megatron-Core token dispatcher {value!r}", source=src, field=key,
-                         fix=f"pass {key}=alltoall or {key}=allgather")
+                         fix=f"pass {key}=alltoall, {key}=allgather or {key}=flex")
+    if value == "flex" and deepep_key is None:
+        raise RlsimError("the flex (DeepEP) token dispatcher is read from verl's and NeMo RL's configs, where "
+                         "their moe_enable_deepep is mapped beside it; this framework's is not", source=src,
+                         field=key, fix=f"pass {key}=alltoall, or --set {DISPATCHER_FIELD}=flex on the scenario")
     if value == "allgather" and variable_seq_lengths:
         raise RlsimError(f"the allgather token dispatcher beside Megatron's variable_seq_lengths=True, which "
                          f"{variable_seq_lengths} sets: Megatron-Core refuses the pair at start-up "
@@ -1061,6 +1094,8 @@ def megatron_token_dispatcher(v: Values, key: str, w: dict[str, Any], decided: d
     expert_tp = 1 if planned else layout.get("tp", 1) if layout.get("etp") is None else layout["etp"]
     if not has_experts(w.get("model"), ep) or not (planned or ep > 1 or expert_tp > 1):
         decided[key] = ("ignored", "no routed token leaves its rank (a dense model, or ep and expert TP 1): "
-                                   "either dispatcher moves nothing")
+                                   "every dispatcher moves nothing")
+        if deepep_key is not None and v.given(deepep_key):
+            decided[deepep_key] = ("ignored", f"read with {key}, which moves nothing here")
         return
     merge_train_params(w, {"comm": {"moe_token_dispatcher": value}})

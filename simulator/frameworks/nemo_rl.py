@@ -78,8 +78,13 @@ _D = "policy.dtensor_cfg"
 # models/deepseek/deepseek_provider.py), so the V6 rows keep rlsim's alltoall. Given, taken as Megatron runs it:
 # NeMo RL's worker code is not on the package registry, and rlsim knows no variable_seq_lengths it sets
 # (it pads a pipeline's micro-batches to one shape: comm.pp_variable_seq_lengths false).
-NEMO_DISPATCHER_NOTE = ("alltoall or allgather; left out: the model's Megatron-Bridge provider's, alltoall for "
-                        "Qwen3-MoE and DeepSeek; flex (DeepEP) and alltoall_seq are not modelled")
+NEMO_DISPATCHER_NOTE = ("alltoall, allgather or flex (DeepEP, with moe_enable_deepep true); left out: the model's "
+                        "Megatron-Bridge provider's, alltoall for Qwen3-MoE and DeepSeek; alltoall_seq is not modelled")
+# moe_enable_deepep: Megatron's TransformerConfig field of that name, as NeMo RL's megatron_cfg passes it on
+# (NeMo RL's worker code was not read: the key is Megatron's); false, Megatron's default, left out.
+NEMO_DEEPEP = f"{_M}.moe_enable_deepep"
+NEMO_DEEPEP_NOTE = ("true with moe_token_dispatcher_type flex (DeepEP's kernels), as Megatron-Core pairs them; "
+                    "either without the other is refused; the key as Megatron's TransformerConfig names it")
 
 RULES: dict[str, Rule] = {
     "grpo.num_prompts_per_step": mapped("workload.prompts_per_step"),
@@ -170,6 +175,7 @@ RULES: dict[str, Rule] = {
     f"{_M}.expert_tensor_parallel_size": mapped("workload.train_layout.etp", "MoE parallel folding; left out: "
                                                 "grpo_math_1B.yaml's 1; null: Megatron's, tp"),
     f"{_M}.moe_token_dispatcher_type": mapped("workload.train_params.comm.moe_token_dispatcher", NEMO_DISPATCHER_NOTE),
+    NEMO_DEEPEP: mapped("workload.train_params.comm.moe_token_dispatcher", NEMO_DEEPEP_NOTE),
     f"{_M}.num_layers_in_first_pipeline_stage": mapped("workload.train_layout.pp_first_stage_layers"),
     f"{_M}.num_layers_in_last_pipeline_stage": mapped("workload.train_layout.pp_last_stage_layers"),
     f"{_M}.*": unsupported("Megatron option not modelled (kernel fusions, router, memory levels)"),
@@ -383,7 +389,8 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
     train_params: dict[str, Any] = {}
     if v.flag(f"{_M}.enabled"):   # the DTensor policy builds torch's optimizer: megatron_cfg is listed ignored
         _optimizer_offload(v, train_params)
-        megatron_token_dispatcher(v, f"{_M}.moe_token_dispatcher_type", w, decided, variable_seq_lengths=None)
+        megatron_token_dispatcher(v, f"{_M}.moe_token_dispatcher_type", w, decided, variable_seq_lengths=None,
+                                  deepep_key=NEMO_DEEPEP)
     if not v.flag(f"{_M}.enabled") and v.flag(f"{_D}.cpu_offload"):   # DTensor (FSDP2) with CPUOffloadPolicy
         train_params["offload"] = {"fsdp_cpu_offload": True}
     if not v.flag(f"{_M}.enabled"):

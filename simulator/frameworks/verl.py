@@ -408,8 +408,12 @@ RULES: dict[str, Rule] = {
         "selective; other modules are not modelled"),
     f"{A}.actor.megatron.override_transformer_config.moe_token_dispatcher_type": mapped(
         "workload.train_params.comm.moe_token_dispatcher", "alltoall, verl's (models/mcore/config_converter.py); "
-        "allgather is refused: verl sets variable_seq_lengths=True, beside which Megatron-Core refuses it"),
+        "allgather is refused: verl sets variable_seq_lengths=True, beside which Megatron-Core refuses it; flex "
+        "(DeepEP) with moe_enable_deepep true"),
     **TRANSFORMER_RULES,
+    f"{A}.actor.megatron.override_transformer_config.moe_enable_deepep": mapped(
+        "workload.train_params.comm.moe_token_dispatcher", "true with moe_token_dispatcher_type flex (DeepEP's "
+        "kernels), as Megatron-Core pairs them; either without the other is refused"),
     f"{A}.actor.megatron.override_transformer_config.attention_backend": unsupported(
         "attention kernels other than flash are not modelled", neutral="flash"),
     f"{A}.actor.load_weight": ignored("model loading options: no effect on step time"),
@@ -1334,7 +1338,8 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     _actor_optimizer(v, w, decided)
     _hybrid_device_optimizer(v, w, decided)
     if str(v(f"{A}.actor.strategy")) == "megatron":
-        megatron_token_dispatcher(v, VERL_DISPATCHER, w, decided, variable_seq_lengths=VERL_VARIABLE_SEQ_LENGTHS)
+        megatron_token_dispatcher(v, VERL_DISPATCHER, w, decided, variable_seq_lengths=VERL_VARIABLE_SEQ_LENGTHS,
+                                  deepep_key=VERL_DEEPEP)
         megatron_expert_capacity(v, w, decided)
     _lora(v, w, decided)
     _multi_turn(v, w, decided)
@@ -1554,6 +1559,7 @@ MEGATRON_RECOMPUTE_KEYS = tuple(f"{_TRANSFORMER}.{k}" for k in (
 # True, override_transformer_config on top (0.6.1 models/mcore/config_converter.py _get_base_transformer_config,
 # utils/megatron_utils.py)
 VERL_DISPATCHER = f"{_TRANSFORMER}.moe_token_dispatcher_type"
+VERL_DEEPEP = f"{_TRANSFORMER}.moe_enable_deepep"
 VERL_VARIABLE_SEQ_LENGTHS = "verl 0.6.1 models/mcore/config_converter.py"
 
 

@@ -23,6 +23,7 @@ from ..errors import RlsimError
 from ..hardware.devices import distinct_devices, worst_case_device
 from ..params import CommParams, TrainedShapes, TrainParams
 from .architecture import dtype_bytes
+from .deepep import reach
 from .layer_costs import LayerShape, embedding_params, layer_shapes
 from .memory import (
     MemoryBreakdown,
@@ -698,10 +699,10 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
         if layout.sp and cp_.sp_backward_allgather:  # inputs of QKV and FC1 re-gathered for dW
             bwd["tp"] = bwd["tp"] + blocks * comm.many("all_gather", g, act) * (
                 1 - cp_.sp_backward_allgather_overlap_fraction)
-    allgather = cp_.moe_token_dispatcher == "allgather"
+    over_tp_ep = cp_.moe_token_dispatcher in ("allgather", "flex")   # one exchange over expert-TP x EP
     if layer.moe and (layout.ep > 1 or layout.expert_tp > 1):   # the routed tokens to their experts and back
-        routed, exchange = _expert_exchange(layer, h, layout, tokens_local, groups, stage, comm, params)
-        if layout.expert_tp > 1 and not allgather:   # the routed experts' block over the expert-TP group
+        routed, exchange = _expert_exchange(layer, model, layout, tokens_local, groups, stage, comm, params)
+        if layout.expert_tp > 1 and not over_tp_ep:   # the routed experts' block over the expert-TP group
             fwd["tp"] = fwd.get("tp", 0.0) + routed
             bwd["tp"] = bwd.get("tp", 0.0) + routed
     if layout.cp > 1 and layout.ulysses_sp:
@@ -715,7 +716,7 @@ def _layer_cost(layer: LayerShape, times: LayerTimes, model: Any, layout: TrainL
         fwd["cp"] = comm.many("all_gather", g, kv) * (1 - cp_.cp_overlap_fraction)
         bwd["cp"] = (comm.many("all_gather", g, kv) + comm.many("reduce_scatter", g, kv)) * (
             1 - cp_.cp_overlap_fraction)
-    if layer.moe and (layout.ep > 1 or (layout.expert_tp > 1 and allgather)):   # dispatch + combine
+    if layer.moe and (layout.ep > 1 or (layout.expert_tp > 1 and over_tp_ep)):   # dispatch + combine
         fwd["ep"] = bwd["ep"] = exchange
     if layout.zero >= 3:
         gather, reduce = _fsdp_layer_comm(layer, layout, groups, stage, comm, params)
@@ -737,7 +738,7 @@ def _dense_tp_blocks(layer: LayerShape) -> float:
     return layer.tp_reductions - 1.0 + (1.0 if shared else 0.0)
 
 
-def _expert_exchange(layer: LayerShape, hidden: int, layout: TrainLayout, tokens_local: np.ndarray, groups: _Groups,
+def _expert_exchange(layer: LayerShape, model: Any, layout: TrainLayout, tokens_local: np.ndarray, groups: _Groups,
                      stage: int, comm: _Comm, params: TrainParams) -> tuple[np.ndarray, np.ndarray]:
     """An MoE layer's routed-token exchange, one direction (forward; the backward runs the transposes,
     the same sizes): (the expert-TP part, the rest), exposed, by Megatron-Core's token dispatcher
@@ -750,8 +751,10 @@ def _expert_exchange(layer: LayerShape, hidden: int, layout: TrainLayout, tokens
     ep_overlap_fraction): (0, that). Without SP each rank's T tokens (Megatron-Core refuses MoE training
     with TP and no SP: moe/moe_layer.py forward). The all-to-alls and the expert-TP collectives move the
     busiest EP rank's routed rows (train_compute.expert_load: it receives them in the dispatch and sends
-    them in the combine, and the rest wait for it); the all-gather dispatcher's volume is every rank's."""
+    them in the combine, and the rest wait for it); the all-gather dispatcher's volume is every rank's.
+    "flex": DeepEP's dispatch and combine over the expert-TP x EP group (_flex_exchange_s): (0, that)."""
     cp_, a = params.comm, params.compute.activation_bytes
+    hidden = int(model.hidden)
     rows = tokens_local / (layout.tp if layout.sp else 1)
     if cp_.moe_token_dispatcher == "allgather":
         gathered = rows * layout.expert_tp * layout.ep * hidden * a
@@ -763,6 +766,10 @@ def _expert_exchange(layer: LayerShape, hidden: int, layout: TrainLayout, tokens
     load = expert_load(layer, tokens_local, layout.tp, layout.ep, layout.expert_tp, params.compute)
     if load is not None:   # the busiest EP rank's routed rows
         act, rows = act * load, rows * load
+    if cp_.moe_token_dispatcher == "flex":
+        group = groups.tp_ep[stage] if groups.tp_ep else groups.ep[stage]
+        t = 2.0 * _flex_exchange_s(layer, model, layout, rows * hidden * a, group, comm)
+        return np.zeros_like(tokens_local, dtype=float), t * (1 - cp_.ep_overlap_fraction)
     etp_group = groups.etp[stage] if groups.etp else groups.tp[stage]
     routed = _routed_expert_tp_s(layer, layout, act, etp_group, comm) * (1 - cp_.tp_overlap_fraction) \
         if layout.expert_tp > 1 else np.zeros_like(act)
@@ -770,6 +777,35 @@ def _expert_exchange(layer: LayerShape, hidden: int, layout: TrainLayout, tokens
     exchange = 2.0 * comm.many("all_to_all", groups.ep[stage], sent) * (1 - cp_.ep_overlap_fraction) \
         if layout.ep > 1 else np.zeros_like(act)
     return routed, exchange
+
+
+def _flex_exchange_s(layer: LayerShape, model: Any, layout: TrainLayout, row_bytes: np.ndarray,
+                     group: Sequence[int], comm: _Comm) -> np.ndarray:
+    """One DeepEP dispatch (or combine: the same bytes backwards) of the flex dispatcher over ``group``
+    (the expert-TP x EP ranks, EP index outer, expert TP inner) for each rank's ``row_bytes`` (its rows
+    x hidden x bytes, the busiest EP rank's): every rank sends its rows x the distinct nodes a token
+    reaches (llm/deepep.py) as an all-to-all over its rail (the group's ranks of its GPU index, one a
+    node: RDMA) and the forwarding ranks send the rows x the distinct ranks as an all-to-all inside each
+    node (NVLink); each all-to-all keeps its own piece (the node's or the rank's own), as DeepEP's does.
+    DeepEP runs both at once (its internode kernel forwards each RDMA chunk while the next arrives): the
+    slower of the two, over the slowest rail and node. A node is the topology's scale-up domain."""
+    topology = comm.model.topology
+    by_node = list(topology.group_by_domain(list(group)).values())
+    if len({len(members) for members in by_node}) > 1:
+        raise RlsimError(f"the flex (DeepEP) dispatcher's expert-TP x EP group of {len(group)} ranks spans "
+                         f"{len(by_node)} scale-up domains unevenly ({', '.join(str(len(m)) for m in by_node)} "
+                         "ranks): DeepEP's internode kernels pair the ranks of one GPU index across nodes of "
+                         "equal size", field="workload.train_params.comm.moe_token_dispatcher",
+                         fix="lay expert TP x EP over whole nodes (a multiple of the devices a node, or one "
+                             "node), or use alltoall")
+    node_of = {r: d for d, members in enumerate(by_node) for r in members}
+    ranks, nodes = reach([i // layout.expert_tp for i in range(len(group))], [node_of[r] for r in group],
+                         layer.num_experts, layer.experts_per_token, layout.ep, getattr(model, "expert_groups", 1),
+                         getattr(model, "expert_groups_per_token", 0))
+    nvlink = np.max([comm.many("all_to_all", members, row_bytes * ranks) for members in by_node], axis=0)
+    rails = [list(rail) for rail in zip(*by_node, strict=True)]
+    rdma = np.max([comm.many("all_to_all", rail, row_bytes * nodes) for rail in rails], axis=0)
+    return np.maximum(nvlink, rdma)
 
 
 def _routed_expert_tp_s(layer: LayerShape, layout: TrainLayout, act: np.ndarray, group: Sequence[int],

@@ -1,7 +1,8 @@
 """Megatron-Core's moe_token_dispatcher_type as the frameworks give it -> workload.train_params.comm.
 moe_token_dispatcher (frameworks/common.py megatron_token_dispatcher): verl and SkyRL map it and refuse
 allgather beside the variable_seq_lengths=True they set (Megatron-Core refuses the pair), NeMo RL maps both,
-AReaL 1.0.4 never reads it; Megatron-Core's other dispatchers are refused naming the key."""
+AReaL 1.0.4 never reads it; verl and NeMo RL map flex with moe_enable_deepep (either without the other
+refused, as Megatron-Core refuses it); Megatron-Core's other dispatchers are refused naming the key."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -83,7 +84,7 @@ def test_nemo_rl_on_a_dense_model_lists_it_ignored():
 
 
 @pytest.mark.parametrize("framework", sorted(CASES))
-@pytest.mark.parametrize("value, said", [("flex", "DeepEP"), ("alltoall_seq", "alltoall"), ("ring", "unknown")])
+@pytest.mark.parametrize("value, said", [("alltoall_seq", "alltoall"), ("ring", "unknown")])
 def test_other_dispatchers_are_refused_naming_the_key(framework, value, said):
     key = CASES[framework][1]
     with pytest.raises(RlsimError) as exc:
@@ -98,3 +99,51 @@ def test_areal_never_reads_it():
                               "rollout.backend=sglang:d2t4", "actor.megatron.moe_token_dispatcher_type=allgather"])
     assert _dispatcher(imported) is None
     assert "Ignoring mcore_config.moe_token_dispatcher_type" in imported.ignored["actor.megatron.moe_token_dispatcher_type"]
+
+
+DEEPEP_KEYS = {"verl": "actor_rollout_ref.actor.megatron.override_transformer_config.moe_enable_deepep",
+               "nemo-rl": "policy.megatron_cfg.moe_enable_deepep"}
+
+
+def _import_deepep(framework: str, dispatcher: str | None, deepep: str | None):
+    config, key, moe = CASES[framework]
+    given = [f"+{key}={dispatcher}"] if dispatcher is not None else []
+    given += [f"+{DEEPEP_KEYS[framework]}={deepep}"] if deepep is not None else []
+    return import_config(framework, EXAMPLES / config, [*moe, *given])
+
+
+@pytest.mark.parametrize("framework", sorted(DEEPEP_KEYS))
+def test_flex_with_deepep_is_mapped_and_the_scenario_prices_it(framework):
+    """verl's override_transformer_config / NeMo RL's megatron_cfg moe_token_dispatcher_type flex beside
+    moe_enable_deepep true: rlsim's flex, both keys listed mapped."""
+    imported = _import_deepep(framework, "flex", "true")
+    assert _dispatcher(imported) == "flex"
+    assert CASES[framework][1] in imported.mapped and DEEPEP_KEYS[framework] in imported.mapped
+    assert load_scenario(imported.scenario).workload.train_params.comm.moe_token_dispatcher == "flex"
+
+
+@pytest.mark.parametrize("framework", sorted(DEEPEP_KEYS))
+@pytest.mark.parametrize("dispatcher, deepep, said, fix", [
+    ("flex", None, "DeepEP is not enabled", "=true"), ("flex", "false", "DeepEP is not enabled", "=true"),
+    (None, "true", "only supported with flex", "=flex"), ("alltoall", "true", "only supported with flex", "=flex")])
+def test_flex_and_deepep_apart_are_refused_as_megatron_refuses_them(framework, dispatcher, deepep, said, fix):
+    """megatron-core 0.13.0: MoEFlexTokenDispatcher asserts moe_enable_deepep; TransformerConfig refuses
+    moe_enable_deepep beside any other dispatcher. Refused at moe_enable_deepep, the fix naming the pair."""
+    with pytest.raises(RlsimError) as exc:
+        _import_deepep(framework, dispatcher, deepep)
+    err = exc.value
+    assert err.field == DEEPEP_KEYS[framework] and said in err.message and "megatron-core 0.13.0" in err.message
+    assert fix in err.fix
+
+
+@pytest.mark.parametrize("framework", sorted(DEEPEP_KEYS))
+def test_deepep_false_beside_alltoall_is_megatrons_default(framework):
+    imported = _import_deepep(framework, "alltoall", "false")
+    assert _dispatcher(imported) == "alltoall"
+
+
+def test_skyrl_flex_is_refused_at_its_key():
+    """SkyRL's moe_enable_deepep is not mapped: its flex is refused, naming the scenario key that sets it."""
+    with pytest.raises(RlsimError) as exc:
+        _import("skyrl", "flex")
+    assert exc.value.field == SKYRL_KEY and "DeepEP" in exc.value.message and FIELD in exc.value.fix

@@ -239,5 +239,5 @@ def test_a_key_only_the_moe_rows_take_runs_them_and_leaves_the_dense_rows_unrun(
     dense = "V6 nemo-rl llama3.1-8b on-policy 16gpu step"
     got = _predicted(capsys, "--case", moe, "--case", dense, "--set", f"{key}=allgather")
     assert got[moe] is not None and got[dense] is None
-    assert main(["validate", "--case", moe, "--set", f"{key}=flex"]) == 2
-    assert "'flex'" in capsys.readouterr().err
+    assert main(["validate", "--case", moe, "--set", f"{key}=alltoall_seq"]) == 2
+    assert "'alltoall_seq'" in capsys.readouterr().err
