@@ -70,6 +70,14 @@ GATED_KNOBS: dict[str, dict[str, Gate]] = {
     "compute": {**dict.fromkeys(("flash_backward_efficiency_ratio", "flash_causal_fraction", "flash_backward_factor"),
                                 _FLASH),
                 **dict.fromkeys(("score_traffic_fwd_bytes", "score_traffic_bwd_bytes"), _MATERIALIZED),
+                "moe_permute_traffic_bytes_per_hidden": Gate(
+                    ("moe_permute_fusion",), lambda v: not v["moe_permute_fusion"], "compute.moe_permute_fusion: "
+                    "false", "the unfused shuffle's bytes; the fused one reads moe_fused_permute_*",
+                    "set compute.moe_permute_fusion: false"),
+                **dict.fromkeys(("moe_fused_permute_traffic_bytes_per_hidden",
+                                 "moe_fused_permute_token_traffic_bytes_per_hidden"), Gate(
+                    ("moe_permute_fusion",), lambda v: bool(v["moe_permute_fusion"]), "compute.moe_permute_fusion: "
+                    "true", "the fused shuffle's bytes")),
                 "moe_pad_expert_input_to_capacity": Gate(
                     ("moe_expert_capacity_factor",), lambda v: v["moe_expert_capacity_factor"] is not None,
                     "compute.moe_expert_capacity_factor", "each expert padded to its capacity, which the factor sets",
@@ -220,6 +228,12 @@ class ComputeParams(StrictModel):
     # applies it unless --no-rope-fusion; its read and write of q and k, 4 bytes an element, are left
     # out); Hugging Face's unfused apply_rotary_pos_emb is 20, Liger's in-place kernel 4 (below).
     rope_traffic_bytes_per_element: float = Field(0.0, ge=0)
+    # Megatron-Core's moe_permute_fusion (TransformerConfig; 0.12 / 0.13 moe/moe_utils.py permute,
+    # sort_chunks_by_idxs, unpermute with fused=True): the token shuffle below runs as Transformer Engine's
+    # fused kernels (fused_permute_with_probs, fused_sort_chunks_by_index(_with_probs), fused_unpermute),
+    # priced at moe_fused_permute_* instead of moe_permute_traffic_bytes_per_hidden. False: Megatron-Core's
+    # default (the unfused torch ops).
+    moe_permute_fusion: bool = False
     # MoE token shuffling around the experts, bytes per hidden unit per routed token copy (each
     # token's top-k copies), forward, as Megatron-Core's all-to-all token dispatcher moves them
     # (megatron/core/transformer/moe/token_dispatcher.py with moe_utils.py, unfused): `permute`
@@ -230,6 +244,20 @@ class ComputeParams(StrictModel):
     # (train_params.comm); the router's E logits per token are small beside this and not counted.
     # Backward: backward_traffic_factor x. 0 turns the term off (the behaviour before this field).
     moe_permute_traffic_bytes_per_hidden: float = Field(16.0, ge=0)
+    # The fused shuffle (moe_permute_fusion), forward, each of Transformer Engine's kernels reading its
+    # input once and writing its output once (TE 2.5 pytorch/triton/permutation.py): _permute_kernel
+    # loads each token's row once and stores it to each of its k destination rows; _sort_chunks_by_idxs_
+    # kernel copies each received row once (after the dispatch, and back before the combine);
+    # _unpermute_kernel loads each token's k rows, sums them in fp32 registers and stores the token once.
+    # Per routed copy: the permute's write 2, the two chunk sorts' read 2 + write 2 each, the unpermute's
+    # read 2 -> 12; per token: the permute's read 2 and the unpermute's write 2 -> 4 (the unfused ops
+    # read and write every row per copy: 16 a copy). A token's shuffle is k x 12 + 4 bytes a hidden unit.
+    # Backward: the same bytes (each kernel's backward is its mirror: the permute's the unpermute kernel,
+    # the unpermute's the permute kernel, the chunk sort's by its map; permutation.py), not
+    # backward_traffic_factor x. The kernels' routing-map index (tokens x experts, one byte each) is
+    # small beside the rows and not counted.
+    moe_fused_permute_traffic_bytes_per_hidden: float = Field(12.0, ge=0)
+    moe_fused_permute_token_traffic_bytes_per_hidden: float = Field(4.0, ge=0)
     # Under expert parallelism (ep > 1) the routed tokens of the busiest EP rank over its mean share:
     # Megatron-Core runs MoE dropless by default (moe_expert_capacity_factor None; moe/moe_layer.py,
     # token_dispatcher.py MoEAlltoAllTokenDispatcher), so each micro-batch's routed-expert GEMMs and
@@ -250,6 +278,27 @@ class ComputeParams(StrictModel):
     # expert computes its whole capacity, padded (token_dispatcher.py MoEAlltoAllTokenDispatcher drop_and_pad):
     # every rank's routed rows and exchanges are factor x the mean, whatever the routing.
     moe_pad_expert_input_to_capacity: bool = False
+    # Megatron-Core's moe_router_dtype (TransformerConfig; None: the activations' dtype, its default): the
+    # router's logits GEMM (tokens x hidden x experts: 0.13.0 moe/router.py gating, moe/moe_utils.py
+    # router_gating_linear) and the routing probabilities in that dtype.
+    # - fp64: the forward, data and weight gradient GEMMs by torch.mm in fp64 (router_gating_linear skips
+    #   Transformer Engine's GEMM for fp64), at the device's fp64 peak (cuBLAS's DGEMM runs on the FP64
+    #   tensor cores: 67 TFLOP/s on an H100 SXM), 8-byte operands; each casts its bf16 operand up and its
+    #   result back (input and weight .to(fp64), the gradients .to(bf16)): (activation_bytes + 8) x
+    #   (m k + k n) bytes beside each GEMM (m tokens, k hidden, n experts).
+    # - fp32: the forward by Transformer Engine's general GEMM on the bf16 operands with an fp32 output (at
+    #   the activations' peak, as None); the data and weight gradients on fp32 operands (the weight and the
+    #   input cast up, the results cast back: (activation_bytes + 4)(m k + k n) bytes each) at the device's
+    #   fp32 peak: torch's fp32 matmul default (torch.backends.cuda.matmul.allow_tf32 False since 1.12: the
+    #   non-tensor fp32 peak, 67 TFLOP/s on an H100 SXM against TF32's 495); TE's compute type for fp32
+    #   operands is in its C++ library, not read here. Megatron-Core 0.12 ran all three in fp32
+    #   (F.linear(input.to(fp32), weight.to(fp32))).
+    # The combine's reduce-scatter in the probabilities' dtype (0.13.0 moe/token_dispatcher.py: the alltoall
+    # dispatcher's expert-TP one, combine_preprocess, and the allgather dispatcher's, token_combine:
+    # .to(probs.dtype)) and its backward all-gather move this dtype's bytes. The routing arithmetic on the
+    # tokens x experts scores and the probabilities carried with the routed copies are small beside the
+    # hidden rows and not counted.
+    moe_router_dtype: Literal["fp32", "fp64"] | None = None
     # Backward of an elementwise op reads its saved input and the incoming gradient and writes the
     # outgoing one: ~2x the forward traffic.
     backward_traffic_factor: float = Field(2.0, ge=0)
@@ -2357,8 +2406,10 @@ def train_constants_read_past(train: "TrainParams", stack: "TrainParams", shapes
                                                    "a model with a GELU FFN"),
              "compute.gated_act_traffic_bytes_per_ffn": (shapes.gated_ffn or shapes.experts, "a gated (SwiGLU) FFN "
                                                          "or routed experts", "a model with a SwiGLU FFN or experts"),
-             "compute.moe_permute_traffic_bytes_per_hidden": (shapes.experts, "a model with routed experts",
-                                                              "an MoE model"),
+             **dict.fromkeys(("compute.moe_permute_traffic_bytes_per_hidden", "compute.moe_permute_fusion",
+                              "compute.moe_fused_permute_traffic_bytes_per_hidden",
+                              "compute.moe_fused_permute_token_traffic_bytes_per_hidden", "compute.moe_router_dtype"),
+                             (shapes.experts, "a model with routed experts", "an MoE model")),
              "comm.moe_token_dispatcher": (shapes.experts, "a model with routed experts", "an MoE model"),
              "compute.moe_load_imbalance": (shapes.experts, "a model with routed experts", "an MoE model"),
              **dict.fromkeys(("compute.moe_expert_capacity_factor", "compute.moe_pad_expert_input_to_capacity"),

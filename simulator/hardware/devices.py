@@ -50,7 +50,7 @@ H200_HBM_EFFICIENCY = 0.65
 # no public figure for Ascend, so the same value is assumed there until calibrated.
 DEFAULT_LAUNCH_OVERHEAD_S = 5e-6
 
-_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp32")
+_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp32", "fp64")
 
 
 @dataclass(frozen=True)
@@ -162,8 +162,9 @@ _CATALOG: dict[str, DeviceSpec] = {
         ),
         DeviceSpec(
             name="a100-40gb", description="NVIDIA A100 SXM 40GB",
-            # NVIDIA A100 datasheet: 312 TFLOPS BF16/FP16, 624 TOPS INT8, 19.5 TFLOPS FP32.
-            peak_flops={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T, "fp32": 19.5 * T},
+            # NVIDIA A100 datasheet: 312 TFLOPS BF16/FP16, 624 TOPS INT8, 19.5 TFLOPS FP32, 19.5 FP64 Tensor Core
+            # (cuBLAS's DGEMM runs on the FP64 tensor cores: the fp64 matmul peak; 9.7 without them).
+            peak_flops={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T, "fp32": 19.5 * T, "fp64": 19.5 * T},
             hbm_bytes=40 * GIB, hbm_bw_Bps=1.555 * T,  # A100 datasheet: 40 GB HBM2, 1.555 TB/s
             scaleup_bw_Bps=300 * G,  # NVLink3 600 GB/s both directions (hardware.md)
             host_link_bw_Bps=32 * G,  # PCIe4 x16, 32 GB/s per direction (hardware.md)
@@ -171,7 +172,8 @@ _CATALOG: dict[str, DeviceSpec] = {
         ),
         DeviceSpec(
             name="a100-80gb", description="NVIDIA A100 SXM 80GB",
-            peak_flops={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T, "fp32": 19.5 * T},  # datasheet
+            peak_flops={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T, "fp32": 19.5 * T,  # datasheet
+                        "fp64": 19.5 * T},  # FP64 Tensor Core, as the 40GB's
             hbm_bytes=80 * GIB, hbm_bw_Bps=2.039 * T,  # hardware.md: 80 GB, 2.039 TB/s
             scaleup_bw_Bps=300 * G,  # NVLink3 (hardware.md)
             host_link_bw_Bps=32 * G,  # PCIe4 (hardware.md)
@@ -179,8 +181,11 @@ _CATALOG: dict[str, DeviceSpec] = {
         ),
         DeviceSpec(
             name="h100", description="NVIDIA H100 SXM 80GB",
-            # hardware.md / H100 datasheet: 989 TFLOPS BF16 dense, 1,979 FP8/INT8, 67 FP32.
-            peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
+            # hardware.md / H100 datasheet: 989 TFLOPS BF16 dense, 1,979 FP8/INT8, 67 FP32 (non-tensor; TF32
+            # tensor 495 dense, which torch's fp32 matmul does not use by default), 67 FP64 Tensor Core (34
+            # without: cuBLAS's DGEMM runs on the tensor cores).
+            peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T,
+                        "fp64": 67 * T},
             hbm_bytes=80 * GIB, hbm_bw_Bps=3.35 * T,  # hardware.md
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)
             host_link_bw_Bps=64 * G,  # PCIe5 x16 (hardware.md)
@@ -208,7 +213,9 @@ _CATALOG: dict[str, DeviceSpec] = {
         ),
         DeviceSpec(
             name="h200", description="NVIDIA H200 SXM 141GB",
-            peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
+            # H200 datasheet: the H100 SXM's compute (FP64 Tensor Core 67 TFLOPS)
+            peak_flops={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T,
+                        "fp64": 67 * T},
             hbm_bytes=141 * GIB, hbm_bw_Bps=4.8 * T,  # hardware.md
             hbm_efficiency=H200_HBM_EFFICIENCY,  # measured, above
             scaleup_bw_Bps=450 * G,  # NVLink4 900 GB/s both (hardware.md)

@@ -15,8 +15,9 @@ from ..params import ComputeParams
 from .expert_load import routed_load_factor
 from .layer_costs import LayerShape
 
-__all__ = ["ComputeParams", "DeviceRates", "LayerTimes", "attention_time_s", "expert_load", "gemm_time_s", "gemm_times", "layer_times",
-           "logits_times", "shape_efficiency"]
+__all__ = ["ComputeParams", "DeviceRates", "LayerTimes", "RouterRates", "attention_time_s", "expert_load",
+           "fused_shuffle_bytes", "gemm_time_s", "gemm_times", "layer_times", "logits_times", "router_rates",
+           "shape_efficiency"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,35 @@ class DeviceRates:
     # The output layer's GEMMs where ComputeParams.head_dtype differs: its peak and its operands' bytes
     head_peak_flops: float | None = None
     head_elem_bytes: float | None = None
+    # An MoE router's GEMMs where ComputeParams.moe_router_dtype is set (router_rates)
+    router: RouterRates | None = None
+
+
+# Bytes of a router dtype's value (ComputeParams.moe_router_dtype)
+ROUTER_DTYPE_BYTES = {"fp32": 4.0, "fp64": 8.0}
+
+
+@dataclass(frozen=True)
+class RouterRates:
+    """The router GEMM's forward, data-gradient and weight-gradient passes under Megatron-Core's
+    moe_router_dtype (ComputeParams.moe_router_dtype): each pass's peak, its operands' bytes and the
+    bytes its casts move per element of the input (m x k) and the weight (k x n)."""
+
+    peak_flops: tuple[float, float, float]
+    elem_bytes: tuple[float, float, float]
+    cast_bytes: tuple[float, float, float]
+
+
+def router_rates(dtype: str, router_peak: float, activation_peak: float, activation_bytes: float) -> RouterRates:
+    """Megatron-Core 0.13.0 moe_utils.py router_gating_linear: fp64 runs its three GEMMs by torch.mm in
+    fp64 (casting the bf16 operands up and the results back); fp32 its forward by Transformer Engine's
+    GEMM on the bf16 operands (an fp32 output: the activations' peak, no cast), its two gradients on
+    fp32 operands (cast up and back). ``router_peak``: the device's peak at ``dtype``."""
+    r = ROUTER_DTYPE_BYTES[dtype]
+    cast = activation_bytes + r
+    if dtype == "fp64":
+        return RouterRates((router_peak,) * 3, (r,) * 3, (cast,) * 3)
+    return RouterRates((activation_peak, router_peak, router_peak), (activation_bytes, r, r), (0.0, cast, cast))
 
 
 def shape_efficiency(m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
@@ -95,6 +125,7 @@ class _GemmPlan:
     counts: np.ndarray   # (G, 1) ``count`` as a column
     # (G, 1) the weight gradient's share: 0 for a frozen (LoRA base) weight, else 1; None: all train
     wgrad: np.ndarray | None = None
+    router: int | None = None   # the index of the MoE router's GEMM (None: none)
 
 
 @lru_cache(maxsize=1024)
@@ -115,7 +146,8 @@ def _gemm_plan(layer: LayerShape, tp: int, ep: int, etp: int | None = None) -> _
                      routed_up_units=float(sum(g.n_out * k for g in layer.gemms if g.expert and g.name.endswith("_up"))),
                      counts=np.array(count, dtype=float).reshape(-1, 1),
                      wgrad=None if all(g.trainable for g in layer.gemms) else
-                     np.array([1.0 if g.trainable else 0.0 for g in layer.gemms]).reshape(-1, 1))
+                     np.array([1.0 if g.trainable else 0.0 for g in layer.gemms]).reshape(-1, 1),
+                     router=next((i for i, g in enumerate(layer.gemms) if g.name == "router"), None))
 
 
 def _rooflines(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: ComputeParams) -> np.ndarray:
@@ -123,8 +155,27 @@ def _rooflines(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: Co
     n_g, n_m = rows.shape
     n_col = np.broadcast_to(plan.n_dim[:, None], (n_g, n_m))
     k_col = np.broadcast_to(plan.k_dim[:, None], (n_g, n_m))
-    return gemm_time_s(np.concatenate([rows, rows, k_col]), np.concatenate([n_col, k_col, n_col]),
-                       np.concatenate([k_col, n_col, rows]), rates, params)
+    t = gemm_time_s(np.concatenate([rows, rows, k_col]), np.concatenate([n_col, k_col, n_col]),
+                    np.concatenate([k_col, n_col, rows]), rates, params)
+    return _with_router_dtype(t, plan, rows, rates, params)
+
+
+def _with_router_dtype(t: np.ndarray, plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates,
+                       params: ComputeParams) -> np.ndarray:
+    """``t`` (the GEMMs' forward rows, then their data- and weight-gradient rows if it holds 3 G) with
+    the router's passes priced at its dtype (DeviceRates.router; unchanged without one): each pass's
+    roofline at its peak and operand bytes, plus its casts' bytes over HBM."""
+    router, i = rates.router, plan.router
+    if router is None or i is None:
+        return t
+    n_g = len(plan.count)
+    m, n, k = rows[i], np.full_like(rows[i], plan.n_dim[i]), np.full_like(rows[i], plan.k_dim[i])
+    cast_elems = m * k + k * n
+    for p, (a, b, c) in enumerate(((m, n, k), (m, k, n), (k, n, m))[:len(t) // n_g]):
+        at_peak = replace(rates, peak_flops=router.peak_flops[p])
+        t[p * n_g + i] = (gemm_time_s(a, b, c, at_peak, params, elem_bytes=router.elem_bytes[p])
+                          + router.cast_bytes[p] * cast_elems / rates.hbm_Bps)
+    return t
 
 
 def _expert_rows(plan: _GemmPlan, layer: LayerShape, tokens: np.ndarray, tp: int, ep: int, etp: int,
@@ -178,7 +229,8 @@ def _gemm_sums(plan: _GemmPlan, rows: np.ndarray, rates: DeviceRates, params: Co
     if not n_g:
         return np.zeros(n_m), np.zeros(n_m) if backward else None
     if not backward:   # N and K one value per GEMM: numpy broadcasts them (the same floats, less work)
-        t = gemm_time_s(rows, plan.n_dim[:, None], plan.k_dim[:, None], rates, params)
+        t = _with_router_dtype(gemm_time_s(rows, plan.n_dim[:, None], plan.k_dim[:, None], rates, params), plan,
+                               rows, rates, params)
         return np.add.accumulate(plan.counts * t, axis=0)[-1], None
     t = _rooflines(plan, rows, rates, params)
     fwd = np.add.accumulate(plan.counts * t[:n_g], axis=0)[-1]
@@ -220,17 +272,20 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
         ffn_units = plan.up_units / 2 if load is None else (plan.up_units + (load - 1.0) * plan.routed_up_units) / 2
         act_bytes = params.gated_act_traffic_bytes_per_ffn
     # MoE: the routed copies of the device's tokens (split by TP with SP, as the dispatch) are
-    # shuffled into expert order and back around the all-to-alls.
-    shuffle = k * hidden * params.moe_permute_traffic_bytes_per_hidden / (tp if sp else 1) if layer.moe else 0.0
+    # shuffled into expert order and back around the all-to-alls; the fused kernels' backward moves
+    # the forward's bytes (their mirrors), the unfused ops' backward_traffic_factor x them (in elem)
+    shuffle = k * hidden * params.moe_permute_traffic_bytes_per_hidden / (tp if sp else 1) \
+        if layer.moe and not params.moe_permute_fusion else 0.0
+    fused = tokens * fused_shuffle_bytes(layer, hidden, params) / (tp if sp else 1) / rates.hbm_Bps
     norm_bytes = params.norm_traffic_bytes_per_hidden   # a layer's two norms; Gemma's sandwich norms four
     if layer.norms != 2:
         norm_bytes = norm_bytes * layer.norms / 2
     elem = tokens * ((norm_bytes + params.residual_traffic_bytes_per_hidden) * hidden
                      / (tp if sp else 1) + act_bytes * ffn_units / tp + shuffle
                      + params.rope_traffic_bytes_per_element * layer.rope_elements / tp) / rates.hbm_Bps
-    fwd = fwd + attn_f + elem
+    fwd = fwd + attn_f + elem + fused
     if backward:
-        bwd = bwd + attn_b + params.backward_traffic_factor * elem
+        bwd = bwd + attn_b + params.backward_traffic_factor * elem + fused
     if layer.ssm_flops_per_token:   # Mamba-2 SSD / Gated DeltaNet chunked scan: matmul-like kernels, rated as flash attention
         scan = attention_time_s(tokens * layer.ssm_flops_per_token / tp, np.full(n_m, float(layer.scan_chunk_tokens)),
                                 rates, params, params.flash_efficiency_ratio)
@@ -238,6 +293,16 @@ def layer_times(layer: LayerShape, hidden: int, ffn: int, gated: bool, tokens: n
         if backward:
             bwd = bwd + params.backward_flops_factor * scan
     return LayerTimes(fwd, bwd, attn_f)
+
+
+def fused_shuffle_bytes(layer: LayerShape, hidden: int, params: ComputeParams) -> float:
+    """Bytes a token of an MoE layer moves through Transformer Engine's fused permute / chunk sort /
+    unpermute kernels, forward (ComputeParams.moe_permute_fusion): k x the per-copy bytes + the
+    per-token bytes, x hidden; 0 unfused or without experts."""
+    if not (layer.moe and params.moe_permute_fusion):
+        return 0.0
+    return hidden * (layer.experts_per_token * params.moe_fused_permute_traffic_bytes_per_hidden
+                     + params.moe_fused_permute_token_traffic_bytes_per_hidden)
 
 
 def _attention_times(attn_flops: np.ndarray, seq_len: np.ndarray, sq_sum: np.ndarray, heads: float,

@@ -47,6 +47,7 @@ from .pipeline import (
     simulate_pipelines,
 )
 from .train_compute import (
+    ROUTER_DTYPE_BYTES,
     ComputeParams,
     DeviceRates,
     LayerTimes,
@@ -54,6 +55,7 @@ from .train_compute import (
     gemm_times,
     layer_times,
     logits_times,
+    router_rates,
 )
 from .train_layout import DEFAULT_ORDER, RECOMPUTE_MODES, TrainLayout
 
@@ -66,6 +68,7 @@ COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 TRAIN_LAYOUT_FIELD = "workload.train_layout"
 COMPUTE_DTYPE_FIELD = "workload.train_params.compute.dtype"
 HEAD_DTYPE_FIELD = "workload.train_params.compute.head_dtype"
+ROUTER_DTYPE_FIELD = "workload.train_params.compute.moe_router_dtype"
 # verl's key for each token budget of train_layout (named in the fix of a budget too small)
 _VERL_BUDGET_KEYS = {"max_tokens_per_micro_batch": "ppo_max_token_len_per_gpu",
                      "logprob_max_tokens_per_micro_batch": "log_prob_max_token_len_per_gpu"}
@@ -755,11 +758,12 @@ def _expert_exchange(layer: LayerShape, model: Any, layout: TrainLayout, tokens_
     "flex": DeepEP's dispatch and combine over the expert-TP x EP group (_flex_exchange_s): (0, that)."""
     cp_, a = params.comm, params.compute.activation_bytes
     hidden = int(model.hidden)
+    combine = _combine_bytes_ratio(params.compute)
     rows = tokens_local / (layout.tp if layout.sp else 1)
     if cp_.moe_token_dispatcher == "allgather":
         gathered = rows * layout.expert_tp * layout.ep * hidden * a
         group = groups.tp_ep[stage] if groups.tp_ep else groups.ep[stage]
-        t = (comm.many("all_gather", group, gathered) + comm.many("reduce_scatter", group, gathered)) * (
+        t = (comm.many("all_gather", group, gathered) + comm.many("reduce_scatter", group, gathered * combine)) * (
             1 - cp_.ep_overlap_fraction)
         return np.zeros_like(tokens_local, dtype=float), t
     act = tokens_local * hidden * a
@@ -771,7 +775,7 @@ def _expert_exchange(layer: LayerShape, model: Any, layout: TrainLayout, tokens_
         t = 2.0 * _flex_exchange_s(layer, model, layout, rows * hidden * a, group, comm)
         return np.zeros_like(tokens_local, dtype=float), t * (1 - cp_.ep_overlap_fraction)
     etp_group = groups.etp[stage] if groups.etp else groups.tp[stage]
-    routed = _routed_expert_tp_s(layer, layout, act, etp_group, comm) * (1 - cp_.tp_overlap_fraction) \
+    routed = _routed_expert_tp_s(layer, layout, act, etp_group, comm, combine) * (1 - cp_.tp_overlap_fraction) \
         if layout.expert_tp > 1 else np.zeros_like(act)
     sent = rows * layer.experts_per_token * hidden * a
     exchange = 2.0 * comm.many("all_to_all", groups.ep[stage], sent) * (1 - cp_.ep_overlap_fraction) \
@@ -808,17 +812,26 @@ def _flex_exchange_s(layer: LayerShape, model: Any, layout: TrainLayout, row_byt
     return np.maximum(nvlink, rdma)
 
 
+def _combine_bytes_ratio(compute: ComputeParams) -> float:
+    """The combine's reduce-scatter bytes over the activations' (and its backward all-gather's): the
+    routing probabilities' dtype where ComputeParams.moe_router_dtype sets it (0.13.0 moe/
+    token_dispatcher.py: hidden_states.to(probs.dtype) before it), else 1."""
+    dtype = compute.moe_router_dtype
+    return 1.0 if dtype is None else ROUTER_DTYPE_BYTES[dtype] / compute.activation_bytes
+
+
 def _routed_expert_tp_s(layer: LayerShape, layout: TrainLayout, act: np.ndarray, group: Sequence[int],
-                        comm: _Comm) -> np.ndarray:
+                        comm: _Comm, combine: float = 1.0) -> np.ndarray:
     """An MoE layer's routed-expert collectives over the expert-TP group, one direction (forward: the
     dispatched rows all-gathered before the experts, their output reduce-scattered after; backward the
     same two): each rank's T / tp tokens x k routed copies after the EP all-to-all, etp of them, k x A
     x etp / tp bytes for the layer's activation A (megatron-core 0.8.0 MoEAlltoAllTokenDispatcher:
     all_gather_last_dim_from_tensor_parallel_region, reduce_scatter_last_dim_to_tensor_parallel_region;
     later ones gather the rows over the expert-TP group). The expert-TP ranks hold different rows
-    whether or not SP is on (at tp 1 they are different DP replicas): a gather, never an all-reduce."""
+    whether or not SP is on (at tp 1 they are different DP replicas): a gather, never an all-reduce.
+    ``combine``: the reduce-scatter's bytes over the gather's (_combine_bytes_ratio)."""
     rows = act * layer.experts_per_token * layout.expert_tp / layout.tp
-    return comm.many("all_gather", group, rows) + comm.many("reduce_scatter", group, rows)
+    return comm.many("all_gather", group, rows) + comm.many("reduce_scatter", group, rows * combine)
 
 
 def _fsdp_layer_comm(layer: LayerShape, layout: TrainLayout, groups: _Groups, stage: int, comm: _Comm,
@@ -1127,14 +1140,17 @@ def _stage_outer_params(model: Any, layout: TrainLayout) -> tuple[tuple[float, f
 def rates_for(spec: Any, params: TrainParams) -> DeviceRates:
     """The compute rates a device of ``spec`` gives the trainer under ``params`` (its dtype's peak, the
     GEMM plateau, achievable HBM, the GEMM launch, the flash scale)."""
-    launch, head = params.compute.gemm_launch_s, params.compute.head_dtype
-    return DeviceRates(peak_flops=spec.peak(params.compute.dtype, field=COMPUTE_DTYPE_FIELD),
+    launch, head, router = params.compute.gemm_launch_s, params.compute.head_dtype, params.compute.moe_router_dtype
+    peak = spec.peak(params.compute.dtype, field=COMPUTE_DTYPE_FIELD)
+    return DeviceRates(peak_flops=peak,
                        gemm_efficiency=spec.gemm_efficiency,
                        hbm_Bps=spec.hbm_bw_Bps * spec.hbm_efficiency,
                        launch_s=spec.launch_overhead_s if launch is None else launch,
                        flash_scale=spec.flash_efficiency_scale,
                        head_peak_flops=None if head is None else spec.peak(head, field=HEAD_DTYPE_FIELD),
-                       head_elem_bytes=None if head is None else dtype_bytes(head, HEAD_DTYPE_FIELD))
+                       head_elem_bytes=None if head is None else dtype_bytes(head, HEAD_DTYPE_FIELD),
+                       router=None if router is None else router_rates(
+                           router, spec.peak(router, field=ROUTER_DTYPE_FIELD), peak, params.compute.activation_bytes))
 
 
 def _setup(model: Any, layout: TrainLayout, topology: Any, ranks: Sequence[int] | None, sequences: Any,

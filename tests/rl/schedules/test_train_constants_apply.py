@@ -21,6 +21,9 @@ def step(*items: str, model: str | None = None, workload: str = "grpo-qwen2.5-7b
     (COMPUTE + "act_traffic_bytes_per_ffn=40", None, "a plain (GELU)"),          # qwen2.5-7b: SwiGLU
     (COMPUTE + "gated_act_traffic_bytes_per_ffn=60", "gpt-1.7b", "a gated (SwiGLU)"),
     (COMPUTE + "moe_permute_traffic_bytes_per_hidden=160", None, "routed experts"),
+    (COMPUTE + "moe_permute_fusion=true", None, "routed experts"),
+    (COMPUTE + "moe_router_dtype=fp64", None, "routed experts"),
+    (COMPUTE + "moe_router_dtype=fp32", None, "routed experts"),
     ("workload.train_params.comm.moe_token_dispatcher=allgather", None, "routed experts"),   # tp 2: gate admits
     (COMPUTE + "backward_flops_factor=4", None, "materialized attention"),
     ("workload.train_params.memory.score_bytes_per_elem=10", None, "materialized attention"),
