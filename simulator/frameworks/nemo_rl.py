@@ -40,6 +40,7 @@ from .common import (
     without_inapplicable_layout_keys,
     world_divides,
 )
+from .megatron_moe import megatron_moe_kernels, moe_kernel_rules
 from .verl_optimizer import fsdp_step_traffic, hybrid_device_offload
 
 # NeMo RL's defaults for the keys rlsim maps when a recipe (and its base) leaves them out
@@ -179,6 +180,9 @@ RULES: dict[str, Rule] = {
     f"{_M}.num_layers_in_first_pipeline_stage": mapped("workload.train_layout.pp_first_stage_layers"),
     f"{_M}.num_layers_in_last_pipeline_stage": mapped("workload.train_layout.pp_last_stage_layers"),
     f"{_M}.*": unsupported("Megatron option not modelled (kernel fusions, router, memory levels)"),
+    # the Megatron TransformerConfig keys NeMo RL passes on as verl's override_transformer_config does
+    # (frameworks/megatron_moe.py; moe_permute_fusion: the DeepSeek-V3 recipe, ../shared/reference/nemo-v05/)
+    **moe_kernel_rules(_M),
     f"{_M}.pipeline_dtype": ignored("matches policy.precision"),
     f"{_M}.converter_type": ignored("checkpoint conversion: no effect on step time"),
     f"{_M}.env_vars.*": ignored("process environment"),
@@ -391,6 +395,7 @@ def _workload(v: Values, model_given: bool, decided: dict[str, tuple[Status, str
         _optimizer_offload(v, train_params)
         megatron_token_dispatcher(v, f"{_M}.moe_token_dispatcher_type", w, decided, variable_seq_lengths=None,
                                   deepep_key=NEMO_DEEPEP)
+        megatron_moe_kernels(v, _M, w, model, decided)
     if not v.flag(f"{_M}.enabled") and v.flag(f"{_D}.cpu_offload"):   # DTensor (FSDP2) with CPUOffloadPolicy
         train_params["offload"] = {"fsdp_cpu_offload": True}
     if not v.flag(f"{_M}.enabled"):

@@ -71,8 +71,14 @@ from .common import (
     without_inapplicable_layout_keys,
     world_divides,
 )
+from .megatron_moe import megatron_moe_kernels
 from .verl_optimizer import critic_optimizer, hybrid_device_offload, optimizer_fields, override_decisions
-from .verl_transformer import TRANSFORMER_RULES, megatron_expert_capacity, megatron_pipeline_split
+from .verl_transformer import (
+    TRANSFORMER_RULES,
+    converter_router_dtype,
+    megatron_expert_capacity,
+    megatron_pipeline_split,
+)
 
 RECIPES = ("colocated", "one-step-off", "fully-async", "colocate-async", "separate-async", "sync")
 KIND_OF_RECIPE = {"colocated": "colocated", "one-step-off": "one-step-off", "fully-async": "verl-fully-async",
@@ -1341,6 +1347,8 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         megatron_token_dispatcher(v, VERL_DISPATCHER, w, decided, variable_seq_lengths=VERL_VARIABLE_SEQ_LENGTHS,
                                   deepep_key=VERL_DEEPEP)
         megatron_expert_capacity(v, w, decided)
+        megatron_moe_kernels(v, _TRANSFORMER, w, model, decided, router_default=converter_router_dtype(
+            model, v.flag(f"{m}.use_mbridge")))
     _lora(v, w, decided)
     _multi_turn(v, w, decided)
     mode = v(f"{A}.rollout.mode")

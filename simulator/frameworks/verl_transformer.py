@@ -1,7 +1,8 @@
 """verl's Megatron TransformerConfig overrides (actor.megatron.override_transformer_config) that real
 MoE recipes set, beside recompute_* and moe_token_dispatcher_type (verl.py): the uneven pipeline split,
-the kernel fusions rlsim's Megatron-Core stack already assumes, the router's losses, and the router's
-dtype. verl lays these keys over its model converter's TransformerConfig (verl 0.6.1 models/mcore/
+the kernel fusions rlsim's Megatron-Core stack already assumes, the router's losses, and the MoE kernel
+settings shared with NeMo RL's megatron_cfg (frameworks/megatron_moe.py: the fused permute, the router's
+dtype). verl lays these keys over its model converter's TransformerConfig (verl 0.6.1 models/mcore/
 config_converter.py: ``args.update(override_transformer_config_kwargs)``; with use_mbridge, mbridge's
 set_extra_args) and builds Transformer Engine layer specs (models/mcore/model_initializer.py
 get_gpt_decoder_block_spec(use_transformer_engine=True)). Megatron-Core sources: 0.13.0."""
@@ -11,6 +12,7 @@ from typing import Any
 
 from ..errors import RlsimError
 from .common import Rule, Status, has_experts, ignored, mapped, merge_train_params, unsupported
+from .megatron_moe import moe_kernel_rules
 
 # The section verl's megatron workers read (verl 0.6.1 workers/megatron_workers.py _build_model_optimizer)
 TRANSFORMER = "actor_rollout_ref.actor.megatron.override_transformer_config"
@@ -48,10 +50,6 @@ TRANSFORMER_RULES: dict[str, Rule] = {
     f"{TRANSFORMER}.moe_grouped_gemm": unsupported(
         "rlsim prices the routed experts as Megatron-Core's grouped GEMM (TEGroupedMLP: each local expert's GEMM "
         "at its own rows); the per-expert loop (SequentialMLP) is not modelled", neutral=True),
-    f"{TRANSFORMER}.moe_permute_fusion": unsupported(
-        "rlsim prices Megatron-Core's unfused permute / chunk sort / unpermute around the all-to-alls "
-        "(workload.train_params.compute.moe_permute_traffic_bytes_per_hidden, 16 bytes a hidden unit a routed "
-        "copy); Transformer Engine's fused permute kernels are not modelled", neutral=False),
     f"{TRANSFORMER}.apply_rope_fusion": unsupported(
         "rlsim prices Megatron's fused RoPE (workload.train_params.compute.rope_traffic_bytes_per_element 0: its "
         "traffic left out); the unfused rotary embedding is not modelled", neutral=True),
@@ -77,13 +75,7 @@ TRANSFORMER_RULES: dict[str, Rule] = {
     f"{TRANSFORMER}.persist_layer_norm": ignored(
         "read by Megatron's Apex FusedLayerNorm of the local layer spec only (0.13.0 fusions/fused_layer_norm.py); "
         "verl's Transformer Engine layer specs normalize with TE's norms"),
-    f"{TRANSFORMER}.moe_router_dtype": unsupported(
-        "fp32 / fp64: Megatron-Core 0.13.0 computes the router's logits (a tokens x hidden x experts GEMM, moe/"
-        "router.py router_gating_linear) and the routing probabilities in that dtype, and the alltoall "
-        "dispatcher's expert-TP reduce-scatter at the combine in the probabilities' dtype (moe/token_dispatcher.py "
-        "combine_preprocess; their all-to-all is one value a routed copy); rlsim prices the router GEMM at the "
-        "activations' dtype peak and that reduce-scatter at activation_bytes (verl's DeepSeek-V3 converter sets "
-        "fp64 itself)", neutral=None),
+    **moe_kernel_rules(TRANSFORMER),
 }
 
 
@@ -193,3 +185,24 @@ def _capacity_factor(v: Any) -> float | None:
         raise RlsimError(f"expected a capacity factor (a number, not 0), got {value!r}", source=v.result.source,
                          field=CAPACITY, fix=f"pass {CAPACITY}=1.0 (for example), or null for dropless")
     return None if value < 0 else float(value)
+
+
+# verl 0.6.1 models/mcore/config_converter.py hf_to_mcore_config_dpskv3 (DeepseekV3ForCausalLM, the
+# converter verl builds the TransformerConfig with unless use_mbridge): moe_router_dtype="fp64" ("mcore 0.12
+# moe"); override_transformer_config replaces it. Its moe_permute_fusion stays commented out ("need TE 2.1+").
+DEEPSEEK_V3_ROUTER = ("fp64", "verl's DeepSeek-V3 converter sets moe_router_dtype fp64 itself (0.6.1 models/mcore/"
+                      "config_converter.py hf_to_mcore_config_dpskv3)")
+
+
+def converter_router_dtype(model: Any, use_mbridge: bool) -> tuple[str, str] | None:
+    """The router dtype verl's own model converter sets for ``model`` (None: none, or Megatron-Bridge
+    builds the config, whose providers are not read here)."""
+    from ..llm.architecture import load_model
+    if model is None or use_mbridge:
+        return None
+    try:
+        model_type = load_model(model).model_type
+    except RlsimError:   # the model's own error comes where it is loaded
+        return None
+    return DEEPSEEK_V3_ROUTER if model_type == "deepseek_v3" else None
+

@@ -1,8 +1,8 @@
 """verl's Megatron TransformerConfig overrides that real MoE recipes set (frameworks/verl_transformer.py):
 the uneven pipeline split mapped (stage counts, or the embedding / loss accounted for in the split, as
 Megatron-Core 0.13.0 get_num_layers_to_build places them), the router's losses ignored, the kernel
-fusions rlsim's stack assumes neutral at its value and unsupported at the other, the router's dtype
-unsupported."""
+fusions rlsim's stack assumes neutral at its value and unsupported at the other, the fused permute and
+the router's dtype mapped onto train_params.compute (verl's DeepSeek-V3 converter's fp64 router taken)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -80,7 +80,7 @@ def test_the_accounted_split_is_refused_where_megatron_refuses_it_or_rlsim_canno
     assert _stages(one_stage) == (None, None) and "pp 1" in one_stage.ignored[key]
 
 
-FUSIONS = {"moe_grouped_gemm": True, "moe_permute_fusion": False, "apply_rope_fusion": True,
+FUSIONS = {"moe_grouped_gemm": True, "apply_rope_fusion": True,
            "bias_activation_fusion": True, "gradient_accumulation_fusion": True,
            "moe_shared_expert_overlap": False, "deallocate_pipeline_outputs": True}
 
@@ -95,18 +95,58 @@ def test_a_fusion_at_rlsims_assumption_is_neutral_and_the_other_value_names_it(n
     assert at.scenario == other.scenario   # neither changes the scenario
 
 
-def test_router_losses_and_kernels_verl_does_not_run_are_ignored_and_the_router_dtype_is_unsupported():
+def test_router_losses_and_kernels_verl_does_not_run_are_ignored():
     imported = _import(1, *(f"+{T}.{k}={value}" for k, value in (
         ("moe_router_load_balancing_type", "seq_aux_loss"), ("moe_aux_loss_coeff", 0.001), ("moe_z_loss_coeff", 0.001),
-        ("moe_router_bias_update_rate", 0.001), ("masked_softmax_fusion", "true"), ("persist_layer_norm", "true"),
-        ("moe_router_dtype", "fp32"))))
+        ("moe_router_bias_update_rate", 0.001), ("masked_softmax_fusion", "true"), ("persist_layer_norm", "true"))))
     for key in ("moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff",
                 "moe_router_bias_update_rate"):
         assert "moe_load_imbalance" in imported.ignored[f"{T}.{key}"]
     assert "TEDotProductAttention" in imported.ignored[f"{T}.masked_softmax_fusion"]
     assert "Apex FusedLayerNorm" in imported.ignored[f"{T}.persist_layer_norm"]
-    assert "router_gating_linear" in imported.unsupported[f"{T}.moe_router_dtype"]
-    assert "is what rlsim models" in _import(1, f"+{T}.moe_router_dtype=null").ignored[f"{T}.moe_router_dtype"]
+
+
+@pytest.mark.parametrize("overrides, compute", [
+    ([f"+{T}.moe_permute_fusion=true"], {"moe_permute_fusion": True}),
+    ([f"+{T}.moe_permute_fusion=false"], {}),
+    ([f"+{T}.moe_router_dtype=fp32"], {"moe_router_dtype": "fp32"}),
+    ([f"+{T}.moe_router_dtype=fp64", f"+{T}.moe_permute_fusion=true"],
+     {"moe_router_dtype": "fp64", "moe_permute_fusion": True}),
+    ([f"+{T}.moe_router_dtype=null"], {})])
+def test_the_fused_permute_and_the_router_dtype_map_onto_the_compute_knobs(overrides, compute):
+    imported = _import(1, *overrides)
+    assert _compute(imported) == compute
+    for item in overrides:
+        assert item[1:].split("=")[0] in imported.mapped
+    loaded = load_scenario(imported.scenario).workload.train_params.compute
+    assert loaded.moe_permute_fusion == compute.get("moe_permute_fusion", False)
+    assert loaded.moe_router_dtype == compute.get("moe_router_dtype")
+
+
+def test_the_moe_kernels_are_not_passed_on_a_dense_model_and_a_bad_dtype_is_refused():
+    dense = _import(1, f"+{T}.moe_permute_fusion=true", f"+{T}.moe_router_dtype=fp64",
+                    model=["actor_rollout_ref.actor.strategy=megatron"])
+    assert _compute(dense) == {}
+    for key in ("moe_permute_fusion", "moe_router_dtype"):
+        assert "no routed experts" in dense.ignored[f"{T}.{key}"]
+    with pytest.raises(RlsimError) as exc:
+        _import(1, f"+{T}.moe_router_dtype=bf16")
+    assert exc.value.field == f"{T}.moe_router_dtype" and "fp64" in exc.value.fix
+
+
+DEEPSEEK = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.model.path=deepseek-ai/DeepSeek-V3",
+            f"{M}.expert_model_parallel_size=8"]
+
+
+def test_verls_deepseek_converter_runs_the_router_in_fp64_unless_overridden_or_bridged():
+    """verl 0.6.1 config_converter.py hf_to_mcore_config_dpskv3 sets moe_router_dtype fp64; an override
+    replaces it; with use_mbridge, Megatron-Bridge builds the config (not read: left at rlsim's default)."""
+    converted = _import(1, model=DEEPSEEK)
+    assert _compute(converted) == {"moe_router_dtype": "fp64"}
+    assert any("hf_to_mcore_config_dpskv3" in note for note in converted.notes)
+    assert _compute(_import(1, f"+{T}.moe_router_dtype=fp32", model=DEEPSEEK)) == {"moe_router_dtype": "fp32"}
+    assert _compute(_import(1, f"+{M}.use_mbridge=true", model=DEEPSEEK)) == {}
+    assert _compute(_import(1)) == {}   # Qwen3-MoE's converter leaves it at Megatron-Core's default
 
 
 def test_an_imported_deepseek_config_with_uneven_first_and_last_stages_runs():
