@@ -8,7 +8,8 @@ running-sequence caps and step token budgets, and vLLM's own custom all-reduce o
 vLLM defaults it: NeMo RL's worker code is not readable here; simulator/engine_software.py), Megatron
 TP / CP / EP / PP, SP, AC (full recompute or none), the KL reference forward, sequence packing
 (micro-batches of at most T-max tokens, log-prob passes logprob_batch_size x T-max), the
-distributed optimizer (ZeRO 1) and the default training stack. NeMo RL's own mechanisms, the same
+distributed optimizer (ZeRO 1), the recipe's moe_permute_fusion (train_params.compute) and the
+default training stack. NeMo RL's own mechanisms, the same
 in every row: the full-tensor refit (schedule.refit), the colocated weight offload and vLLM sleep
 (schedule.switch.offload_weights / engine_sleep / free_gradients), the optimizer offload through
 pageable host memory (switch.optimizer_pageable), the reference swap through pinned memory
@@ -102,6 +103,7 @@ class Row:
     step_s: float
     logprob_batch_size: int          # policy.logprob_batch_size (packed rows per log-prob micro-batch)
     max_prompt: int = PROMPT_CAP
+    permute_fusion: bool = False     # policy.megatron_cfg.moe_permute_fusion (TE's fused permute kernels)
 
     @property
     def off_policy(self) -> bool:
@@ -117,10 +119,12 @@ ROWS: tuple[Row, ...] = (
         1, 1, 1, 2, None, False, True, 1581, 92.8, 2),
     Row("llama3.1-8b", "grpo", "llama3.1-8b", "1-step-off", 16, 8, 64, 32, 512, 4096, 1123, 1, 0.8, True, True,
         1, 1, 1, 1, None, False, True, 2478, 64.8, 2),
+    # moe_permute_fusion true: grpo-deepseek-v3-32n8g.yaml (nemo-v05-h100-deepseek-v3-onpolicy-256.yaml), which
+    # the 1-step-off recipe's chain takes (grpo-deepseek-v3-64n8g-async-1off.yaml -> grpo-deepseek-v3-32n8g.yaml)
     Row("deepseek-v3", "grpo", "deepseek-v3", "on-policy", 256, 256, 32, 16, 512, 1536, 744, 32, 0.6, True, True,
-        1, 1, 16, 16, (3, 2), False, True, 12.7, 134, 1),
+        1, 1, 16, 16, (3, 2), False, True, 12.7, 134, 1, permute_fusion=True),
     Row("deepseek-v3", "grpo", "deepseek-v3", "1-step-off", 512, 256, 32, 16, 512, 1536, 738, 32, 0.8, True, True,
-        1, 1, 16, 16, (3, 2), False, True, 13.1, 64.9, 2),
+        1, 1, 16, 16, (3, 2), False, True, 13.1, 64.9, 2, permute_fusion=True),
     Row("deepseek-v3-dapo", "dapo", "deepseek-v3", "on-policy", 512, 512, 64, 8, 512, 1536, 974, 64, 0.6, False,
         False, 8, 4, 32, 8, (7, 6), True, True, 2.45, 458, 1, max_prompt=512),
     Row("qwen3-235b-a22b", "grpo", "qwen3-235b-a22b", "on-policy", 128, 128, 16, 32, 512, 8192, 5700, 16, 0.6, True,
@@ -211,6 +215,8 @@ def scenario(row: Row) -> dict[str, Any]:
         "reward": {"workers": REWARD_WORKERS[row.algo], "handover": "sample" if row.async_engine else "batch"}}
     if row.pp > 1:   # NeMo RL's Megatron worker pads micro-batches to the batch's longest (pad_full_seq_to)
         workload["train_params"] = {"comm": {"pp_variable_seq_lengths": False}}
+    if row.permute_fusion:   # the recipe's moe_permute_fusion: Transformer Engine's fused permute kernels
+        workload.setdefault("train_params", {})["compute"] = {"moe_permute_fusion": True}
     if row.algo == "dapo":   # dynamic sampling: batch_multiplier 3 -> 3 x 64 prompts per generation round
         workload["dynamic_sampling"] = {"gen_prompts": 3 * row.prompts, "max_gen_batches": DAPO_MAX_GEN_BATCHES}
     # NeMo RL's refit: every parameter rebuilt as a full tensor on every rank (scenario.py `refit`)

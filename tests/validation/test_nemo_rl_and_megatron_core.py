@@ -53,6 +53,16 @@ def test_v6_scenarios_load_or_refuse_with_a_reason(row):
     assert sc.schedule.kind == ("nemo-rl-async" if row.off_policy else "colocated")
 
 
+def test_v6_rows_run_the_fused_permute_where_their_recipe_sets_it():
+    """moe_permute_fusion true in grpo-deepseek-v3-32n8g.yaml (../shared/reference/nemo-v05/, and the
+    1-step-off recipe chains to it); the other rows' recipe files do not set it: Megatron-Core's unfused."""
+    fused = {row.name for row in nemo_rl.ROWS if row.permute_fusion}
+    assert fused == {"V6 nemo-rl deepseek-v3 on-policy 256gpu", "V6 nemo-rl deepseek-v3 1-step-off 512gpu"}
+    for row in nemo_rl.ROWS:
+        compute = nemo_rl.scenario(row)["workload"].get("train_params", {}).get("compute", {})
+        assert compute == ({"moe_permute_fusion": True} if row.name in fused else {}), row.name
+
+
 def test_v6_small_row_runs_with_its_phase_breakdown():
     case = next(c for c in all_cases() if c.case == f"{nemo_rl.ROWS[0].name} step")
     res = run_case(case)
