@@ -37,6 +37,7 @@ from .scenario import (
     validate_scenario,
     validated_reading_past,
 )
+from .units import whole_number
 
 if TYPE_CHECKING:
     # pandas (and metrics and the trace writer, which need it) are imported once a run has
@@ -165,7 +166,8 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
     share one layout and differ by their runs."""
     _check_hooks(costs, progress)
     check_scenario_keywords(keywords, "simulate")
-    if plan_seed is not None and (isinstance(plan_seed, bool) or not isinstance(plan_seed, int) or plan_seed < 0):
+    plan_on = None if plan_seed is None else whole_number(plan_seed)   # np.int64(0) is 0
+    if plan_seed is not None and (plan_on is None or plan_on < 0):
         raise RlsimError(f"plan_seed must be a whole number >= 0 or None, got {plan_seed!r}", field="plan_seed",
                          fix="e.g. plan_seed=0")
     if not isinstance(keep_samples, bool):   # "no" kept the samples
@@ -183,7 +185,7 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, *, costs: Any
                          fix="run them with simulator.uncertainty.replicate (rlsim run runs them), or drop replicas")
     try:
         with _blamed_on_its_file(sc.source, sc.workload.name):   # a model's check names the field; the scenario the file
-            return _simulate(sc, costs, progress, keep_samples, plan_seed)
+            return _simulate(sc, costs, progress, keep_samples, plan_on)
     except RlsimError as exc:
         raise _on_override(exc, overrides) from None
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import RlsimError
+from .units import whole_number
 
 SECONDS_PER_HOUR = 3600.0
 STEPS_PER_REPORT = 1000  # the issue asks for device-hours per 1,000 steps
@@ -298,8 +299,9 @@ def find_smallest(key: str, candidates: Sequence[Any], target: Target, evaluate_
     candidate that raises a user error (it does not fit in memory) counts as not meeting the target.
     """
     _check_target(target)
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:   # "2": a TypeError mid-search
-        raise RlsimError(f"width must be a whole number >= 1 (candidates probed a round), got {width!r}",
+    given_width, width = width, whole_number(width)   # "2": a TypeError mid-search; np.int64(2) is 2
+    if width is None or width < 1:
+        raise RlsimError(f"width must be a whole number >= 1 (candidates probed a round), got {given_width!r}",
                          field="width", fix="e.g. width=2 (one probe per worker)")
     if isinstance(candidates, (str, bytes, Mapping)) or not isinstance(candidates, Iterable):   # "1,2,4": its letters
         raise RlsimError(f"the candidate values of {key} must be a list, got {type(candidates).__name__} "

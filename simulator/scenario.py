@@ -55,7 +55,7 @@ from .params import (
 )
 from .paths import folder_of, with_paths_from
 from .strict_model import StrictModel, passes_value_on
-from .units import parse_bandwidth, parse_seconds
+from .units import parse_bandwidth, parse_seconds, plain_values
 
 # The built-in kinds; SCHEDULE_CLASSES (below) also holds kinds added by register_schedule_config.
 SCHEDULE_KINDS = BUILTIN_SCHEDULE_KINDS = ("colocated", "disaggregated", "one-step-off", "stalesync", "async",
@@ -2889,7 +2889,8 @@ def scenario_data(spec: str | Path | Mapping[str, Any] | Scenario | None = None,
         data["iterations"] = iterations
     if seed is not None:
         data["seed"] = seed
-    data = apply_overrides(_without_replaced_size(data, overrides), overrides)
+    # numpy numbers (a notebook's) as the Python numbers YAML gives: np.int64 nodes were refused
+    data = apply_overrides(_without_replaced_size(plain_values(data), overrides), overrides)
     check_top_level(data, source)
     if "topology" not in data:
         data["topology"] = copy.deepcopy(DEFAULT_SCENARIO["topology"])

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import math
+import operator
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import RlsimError
 
@@ -25,6 +28,33 @@ _WRITE = {"size": "write a number of bytes with an optional unit, e.g. '80GB', '
           "bandwidth": "write a number with an optional unit, e.g. '400Gb/s', '50GB/s'",
           "time": "write a number of seconds with an optional unit, e.g. '2us', '1.5ms', '3s'",
           "compute": "write a number with an optional unit, e.g. '989TFLOPS', '2PFLOPS'"}
+
+
+def whole_number(value: Any) -> int | None:
+    """``value`` as a Python int where it is written as a whole number: an int or a numpy integer
+    (a notebook's np.arange, a DataFrame column's np.int64, which isinstance(v, int) refused as
+    "not a whole number"); None for anything else, a bool (True is no count) and a float included."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":   # numpy's bool: no count either
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def plain_values(value: Any) -> Any:
+    """``value`` with every numpy scalar and array inside its mappings and lists made the Python
+    value it holds (np.int64(2) -> 2, np.float64(0.9) -> 0.9, an array -> its list): a scenario
+    mapping built in a notebook runs as the same mapping written in YAML. New containers; the
+    given ones are left as they were."""
+    if isinstance(value, Mapping):
+        return {key: plain_values(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_values(item) for item in value] if isinstance(value, list) \
+            else tuple(plain_values(item) for item in value)
+    if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
+        return value.tolist()   # a numpy scalar's Python value; an array's (nested) list of them
+    return value
 
 
 def _split(value: object, field: str, source: str | None, what: str) -> tuple[float, str]:

@@ -357,3 +357,27 @@ def test_a_rollout_instance_spanning_kinds_is_said(tmp_path):
     apart = simulator.simulate({"topology": str(path), "schedule": "colocated", "iterations": 1,
                                 "workload": {**workload, "rollout_layout": {"tp": 1}}}).summary["notes"]
     assert not any("rollout instances" in note for note in apart)
+
+
+def test_numpy_numbers_in_a_scenario_mapping_run_as_the_python_numbers(result):
+    """A notebook's values come from numpy (np.arange, a DataFrame column): topology.nodes as
+    np.int64(1) was refused as "expected a whole number >= 1, got np.int64(1)", and a numpy float
+    stayed a numpy float in result.scenario (the summary's scenario, its fingerprint)."""
+    import numpy as np
+    given = {**SMALL, "topology": {"preset": "dgx-h100", "nodes": np.int64(1), "scaleup": {"efficiency": np.float64(0.9)}},
+             "iterations": np.int64(2)}
+    ran = simulator.simulate(schedule="colocated", **given)
+    plain = simulator.simulate(schedule="colocated", **{**SMALL, "topology": {"preset": "dgx-h100", "nodes": 1,
+                                                                              "scaleup": {"efficiency": 0.9}}})
+    assert ran.summary == plain.summary
+    assert type(ran.scenario.topology["nodes"]) is int
+    assert type(ran.scenario.topology["scaleup"]["efficiency"]) is float
+
+
+def test_numpy_whole_numbers_are_whole_numbers_for_the_api_arguments():
+    """plan_seed=np.int64(0) was refused as "must be a whole number >= 0" (a bool still is)."""
+    import numpy as np
+    ran = simulator.simulate(schedule="colocated", plan_seed=np.int64(0), costs=FakeCosts(), **SMALL)
+    assert ran.summary == simulator.simulate(schedule="colocated", plan_seed=0, costs=FakeCosts(), **SMALL).summary
+    with pytest.raises(simulator.RlsimError, match="plan_seed"):
+        simulator.simulate(schedule="colocated", plan_seed=np.True_, costs=FakeCosts(), **SMALL)

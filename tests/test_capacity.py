@@ -345,3 +345,11 @@ def test_prices_that_are_no_number_or_mapping_of_numbers_are_named(prices):
     with pytest.raises(RlsimError) as caught:
         price_per_device_hour({"device_kinds": ["h100"], "devices": 8}, prices)
     assert caught.value.field == "prices" and "{'h100': 2.5" in caught.value.fix
+
+
+def test_a_numpy_whole_number_is_a_width():
+    """width=np.int64(2) (a worker count read off numpy) was refused as "width must be a whole number"."""
+    import numpy as np
+    plain = find_smallest("topology.nodes", [1, 2, 4], Target(tokens_per_s=150), _grows, width=2)
+    given = find_smallest("topology.nodes", np.array([1, 2, 4]), Target(tokens_per_s=150), _grows, width=np.int64(2))
+    assert given == plain

@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import RlsimError, one_typo_from
 from ..presets import preset_names, resolve
 from ..scenario import LIMITS_FIX, Limits
-from ..units import is_unitless, parse_bandwidth, parse_seconds
+from ..units import is_unitless, parse_bandwidth, parse_seconds, whole_number
 from .collective_params import CollectiveParams
 from .devices import DeviceSpec, catalog_device, device_from_mapping
 from .fabric import PLANES, Fabric, FlowTable, GroupPlan, ScaleoutPlan
@@ -806,7 +806,8 @@ class _Reader:
         if value is None:
             raise RlsimError("missing required field", source=self.source, field=self.where(key),
                              fix="give a whole number")
-        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())   # 2e0 is 2
+        # 2e0 is 2; np.int64(2) is 2 (a notebook's topology mapping)
+        whole = whole_number(value) is not None or (isinstance(value, float) and value.is_integer())
         if isinstance(value, bool) or not whole or value < minimum:
             near = max(minimum, int(value)) if isinstance(value, (int, float)) and math.isfinite(value) else minimum
             raise RlsimError(f"expected a whole number >= {minimum}, got {value!r}", source=self.source,

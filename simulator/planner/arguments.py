@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ..errors import RlsimError, validation_error
+from ..units import whole_number
 
 Space = TypeVar("Space", bound=BaseModel)
 
@@ -43,9 +44,10 @@ def topology_arg(topology: Any) -> Any:
 
 def count_arg(value: Any, name: str) -> int:
     """A whole number >= 1 (a batch, a sequence length, how many plans to keep)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    whole = whole_number(value)   # np.int64(64) is 64
+    if whole is None or whole < 1:
         raise RlsimError(f"{name} must be a whole number >= 1, got {value!r}", field=name, fix=f"e.g. {name}=1")
-    return value
+    return whole
 
 
 def ranks_arg(ranks: Sequence[int] | None, topology: Any) -> list[int]:
@@ -53,10 +55,11 @@ def ranks_arg(ranks: Sequence[int] | None, topology: Any) -> list[int]:
     devices = int(topology.num_devices)
     if ranks is None:
         return list(range(devices))
-    out = list(ranks)
+    given = list(ranks)
+    out = [whole_number(r) for r in given]   # np.arange(8): its np.int64 ranks are devices 0..7
     if not out:
         raise RlsimError("ranks is empty: no device to plan on", field="ranks", fix="leave ranks out (every device)")
-    bad = [r for r in out if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < devices]
+    bad = [g for g, r in zip(given, out, strict=True) if r is None or not 0 <= r < devices]
     if bad:
         raise RlsimError(f"ranks {bad[:5]} are not devices of the topology (0..{devices - 1})", field="ranks",
                          fix=f"give ranks among 0..{devices - 1}")

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import RlsimError
 from ..scenario import LIMITS_FIX, Scenario, load_limits, scenario_data, validate_scenario
+from ..units import whole_number
 from .distributions import Distribution, draw, find_distributions, put_dotted
 from .intervals import aggregate, ci_coverage
 
@@ -97,17 +98,19 @@ def plan_replicas(spec: Any = None, *, seeds: int | None = None, **keywords: Any
         data, source = spec.to_dict(), spec.source
     else:
         data, source = scenario_data(spec, **keywords)
-    n = seeds if seeds is not None else data.get("replicas", 1)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    given_n = seeds if seeds is not None else data.get("replicas", 1)
+    n = whole_number(given_n)   # np.int64(16) is 16
+    if n is None or n < 1:
         given = "seeds" if seeds is not None else "replicas"   # the API's keyword (rlsim's --seeds is checked by argparse)
-        raise RlsimError(f"{given} must be a whole number >= 1, got {n!r}", source=source, field=given,
+        raise RlsimError(f"{given} must be a whole number >= 1, got {given_n!r}", source=source, field=given,
                          fix="e.g. seeds=16 (rlsim: --seeds 16)" if seeds is not None else "e.g. replicas: 16")
     check_runs(data, source, n, f"{n:,} replicas", "--seeds" if seeds is not None else "replicas")
-    base_seed = data.get("seed", 0)
-    if isinstance(base_seed, bool) or not isinstance(base_seed, int) or base_seed < 0:
-        integral = isinstance(base_seed, float) and base_seed.is_integer() and base_seed >= 0
-        raise RlsimError(f"seed must be a whole number >= 0, written as an integer, got {base_seed!r}", source=source,
-                         field="seed", fix=f"write seed: {int(base_seed)}" if integral else "e.g. seed: 0 (--seed 0)")
+    given_seed = data.get("seed", 0)
+    base_seed = whole_number(given_seed)
+    if base_seed is None or base_seed < 0:
+        integral = isinstance(given_seed, float) and given_seed.is_integer() and given_seed >= 0
+        raise RlsimError(f"seed must be a whole number >= 0, written as an integer, got {given_seed!r}", source=source,
+                         field="seed", fix=f"write seed: {int(given_seed)}" if integral else "e.g. seed: 0 (--seed 0)")
     dists = find_distributions(data, source)
     streams = np.random.SeedSequence(base_seed).spawn(n)
     draws = [draw(data, dists, np.random.default_rng(s))[1] for s in streams] if dists else []
@@ -138,8 +141,10 @@ def check_runs(data: Mapping[str, Any], source: str, runs: int, what: str, field
 def run_many(plans: Sequence[ReplicaPlan], *, jobs: int = 1, costs: Any = None) -> list[list[dict[str, Any]]]:
     """The summary of each replica of each plan, in order (the same bytes for any `jobs`); one pool
     for all of them when jobs > 1 (a FakeCosts-style `costs` object runs in this process)."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise RlsimError(f"jobs must be a whole number >= 1, got {jobs!r}", field="jobs", fix="e.g. jobs=2 (rlsim: --jobs 2)")
+    given_jobs, jobs = jobs, whole_number(jobs)   # np.int64(2) is 2
+    if jobs is None or jobs < 1:
+        raise RlsimError(f"jobs must be a whole number >= 1, got {given_jobs!r}", field="jobs",
+                         fix="e.g. jobs=2 (rlsim: --jobs 2)")
     if plans:
         check_runs(plans[0].data, plans[0].source, sum(p.n for p in plans), "this design", "limits.max_runs")
     for plan in plans:

@@ -15,6 +15,7 @@ import pandas as pd
 from .. import presets
 from ..errors import RlsimError
 from ..overrides import set_dotted
+from ..units import whole_number
 from .distributions import get_dotted, put_dotted
 from .intervals import metric_figure
 from .replicas import ReplicaPlan, check_runs, plan_replicas, run_many
@@ -264,8 +265,9 @@ def sensitivity(spec: Any = None, vary: Mapping[str, tuple[float, float]] | Sequ
     from ..api import check_scenario_keywords
     check_scenario_keywords(keywords, "sensitivity")   # a typo raised a TypeError naming scenario_data
     ranges = given_ranges(vary)
-    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int) or samples < 0):
-        raise RlsimError(f"samples must be a whole number >= 0 (0: no Sobol indices), got {samples!r}",
+    given_samples, samples = samples, None if samples is None else whole_number(samples)   # np.int64(8) is 8
+    if given_samples is not None and (samples is None or samples < 0):
+        raise RlsimError(f"samples must be a whole number >= 0 (0: no Sobol indices), got {given_samples!r}",
                          field="--samples", fix="e.g. --samples 64")
     plan = plan_replicas(spec, seeds=seeds, **keywords)
     distributions = plan.distributions

@@ -35,3 +35,12 @@ def test_plan_rollout_names_a_bad_target_and_ranks():
         with pytest.raises(RlsimError) as caught:
             plan_rollout(MODEL, TOPOLOGY, **keywords)
         assert caught.value.field == field
+
+
+def test_numpy_whole_numbers_are_ranks_and_counts():
+    """ranks=np.arange(8) was refused as "ranks [np.int64(0), ...] are not devices of the topology
+    (0..7)", which they are; global_batch=np.int64(64) as "must be a whole number"."""
+    import numpy as np
+    plain = plan_training(MODEL, TOPOLOGY, 64, 4096, ranks=list(range(8)), top=2)
+    given = plan_training(MODEL, TOPOLOGY, np.int64(64), np.int64(4096), ranks=np.arange(8), top=np.int64(2))
+    assert [c.choice for c in given.candidates] == [c.choice for c in plain.candidates]

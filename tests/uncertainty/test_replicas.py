@@ -332,3 +332,15 @@ def test_replicate_names_its_seeds_keyword_not_the_cli_flag(toy, costs):
     with pytest.raises(RlsimError) as info:
         replicate(toy, seeds=0, costs=costs)
     assert info.value.field == "seeds" and info.value.fix.startswith("e.g. seeds=16")
+
+
+def test_numpy_whole_numbers_are_seeds_jobs_and_a_seed(toy, costs):
+    """seeds=np.int64(4) (a notebook's loop over np.arange) was refused as "seeds must be a whole
+    number >= 1, got np.int64(4)"; jobs and the scenario's seed likewise. A bool is still refused."""
+    import numpy as np
+    plain = replicate(toy, seeds=4, costs=costs)
+    toy["seed"] = np.int64(0)
+    doc = replicate(toy, seeds=np.int64(4), jobs=np.int64(1), costs=costs)
+    assert json.dumps(doc) == json.dumps(plain)
+    with pytest.raises(RlsimError, match="seeds"):
+        plan_replicas(toy, seeds=np.True_)

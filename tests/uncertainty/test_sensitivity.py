@@ -372,3 +372,11 @@ def test_a_whole_number_keys_default_range_ends_where_its_runs_take_it(toy):
     toy["workload"]["response_length"]["median"] = 1001
     toy["topology"] = {"preset": "dgx-h100", "nodes": 1}   # the default set reads its base values
     assert default_ranges(plan_replicas(toy))["workload.response_length.median"] == (751.0, 1251.0)
+
+
+def test_a_numpy_whole_number_is_a_sample_count(toy, costs):
+    """samples=np.int64(8) was refused as "samples must be a whole number >= 0"."""
+    import numpy as np
+    vary = {"workload.response_length.sigma": (0.5, 1.0)}
+    plain = sensitivity(toy, vary, samples=8, costs=costs)
+    assert sensitivity(toy, vary, samples=np.int64(8), costs=costs).to_csv() == plain.to_csv()
