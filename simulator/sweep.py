@@ -40,6 +40,7 @@ from .atomic import replace_durably
 from .errors import RlsimError
 from .overrides import parse_assignment
 from .sweep_files import BrokenTail, quarantine_tail, read_results_csv, referenced_files, warn
+from .units import plain_values
 
 PointFunction = Callable[[dict[str, Any]], dict[str, Any]]
 PointCost = Callable[[Mapping[str, Any]], float]   # a point's values -> its estimated cost (any unit)
@@ -203,9 +204,8 @@ def points_from_values(values: Iterable[Mapping[str, Any]], base_fingerprint: st
     if isinstance(values, Mapping) or not isinstance(values, Iterable) or isinstance(values, (str, bytes)):
         raise RlsimError(f"points_from_values takes a list of mappings, one a point, got {type(values).__name__}",
                          field="values", fix=POINT_VALUES_FIX)
-    values = list(values)
-    for v in values:
-        point_values(v)
+    # numpy values (expand_grid over np.arange) as the Python values they hold: one id, JSON-able
+    values = [plain_values(point_values(v)) for v in values]
     return [Point(i, dict(v), point_id(v, base_fingerprint, files_of(v) if base_dirs is not None else None),
                   base_fingerprint) for i, v in enumerate(values)]
 

@@ -803,3 +803,16 @@ def test_run_sweep_without_a_point_function_is_named():
     with pytest.raises(RlsimError) as caught:
         run_sweep(points_from_values([{"topology.nodes": 1}], "x"), None)
     assert caught.value.field == "evaluate" and "simulate_point" in caught.value.fix
+
+
+def test_a_grid_of_numpy_values_makes_the_points_of_the_same_python_values():
+    """expand_grid takes a numpy array ("a numpy array is fine"), but its np.int64 values reached
+    grid_overrides' json.dumps: a TypeError (not JSON serializable) from inside run_sweep, after the
+    points had ids of their own (another sweep than the same values as a list)."""
+    import numpy as np
+    plain = make_points({"topology.nodes": [1, 2], "workload.response_length.sigma": [0.5, 1.0]}, "base")
+    given = make_points({"topology.nodes": np.array([1, 2]),
+                         "workload.response_length.sigma": np.linspace(0.5, 1.0, 2)}, "base")
+    assert [(p.id, p.values) for p in given] == [(p.id, p.values) for p in plain]
+    assert all(type(p.values["topology.nodes"]) is int for p in given)
+    assert grid_overrides(given[0].values) == ["topology.nodes=1", "workload.response_length.sigma=0.5"]
