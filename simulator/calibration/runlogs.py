@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import RlsimError
+from ..units import whole_number
 
 if TYPE_CHECKING:  # pandas is imported where a log is read: `rlsim --help` builds this parser
     import pandas as pd
@@ -872,13 +873,27 @@ def fit_stage_scales(log: RunLog, predicted: Mapping[str, float | Sequence[float
     return StageScales(factors=factors, spread=spread, steps=len(rows))
 
 
-def synthetic_log(rng: np.random.Generator, *, steps: int, true_s: Mapping[str, float],
+def example_generator(rng: np.random.Generator | int) -> np.random.Generator:
+    """The Generator an example log draws from: ``rng`` itself, or one seeded by a whole number
+    (numpy's default_rng convention; synthetic_log(7, ...) raised an AttributeError from inside)."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    seed = whole_number(rng)
+    if seed is None or seed < 0:
+        raise RlsimError(f"rng must be a numpy.random.Generator or a seed (a whole number >= 0), got {rng!r}",
+                         field="rng", fix="e.g. numpy.random.default_rng(7), or 7")
+    return np.random.default_rng(seed)
+
+
+def synthetic_log(rng: np.random.Generator | int, *, steps: int, true_s: Mapping[str, float],
                   noise: float = 0.05, warmup_factor: float = 1.5,
                   response_mean: float = 1024.0, tokens_per_step: float = 4e6, devices: int = 8) -> pd.DataFrame:
     """A verl-style log for examples and tests: each stage's time is `true_s[stage]` times lognormal
-    noise (sigma `noise`); the first step is `warmup_factor` slower (compilation, allocator warm-up)."""
+    noise (sigma `noise`); the first step is `warmup_factor` slower (compilation, allocator warm-up).
+    ``rng``: a Generator, or a seed to make one."""
     import pandas as pd
 
+    rng = example_generator(rng)
     rows = []
     for step in range(1, steps + 1):
         row: dict[str, Any] = {"step": step}
@@ -923,13 +938,14 @@ def _log_key(stage: str, flavour: str) -> str | None:
     return next((k for k, v in table.items() if v == stage), None)
 
 
-def timings_log(rng: np.random.Generator, timings: Mapping[str, float], *, steps: int, noise: float = 0.0,
+def timings_log(rng: np.random.Generator | int, timings: Mapping[str, float], *, steps: int, noise: float = 0.0,
                 flavour: str = "verl") -> pd.DataFrame:
     """A log of `steps` steps in `flavour`'s metric names whose stage times are `timings` (stage ->
     seconds, `step_s` for the step) times lognormal noise (sigma `noise`): what a run with known
-    parameters would log (round-trip tests of the calibration)."""
+    parameters would log (round-trip tests of the calibration). ``rng``: a Generator, or a seed to make one."""
     import pandas as pd
 
+    rng = example_generator(rng)
     if flavour not in LOG_FLAVOURS:
         raise RlsimError(f"unknown log flavour {flavour!r}", field="flavour", fix=f"use one of {LOG_FLAVOURS}")
     keys = {stage: _log_key(stage, flavour) for stage in timings}

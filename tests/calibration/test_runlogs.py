@@ -555,3 +555,22 @@ def test_verls_adv_timer_is_read_into_the_reward_stage(tmp_path: Path) -> None:
     path.write_text(json.dumps({"step": 1, "timing_s/gen": 10.0, "timing_s/adv": 2.0}) + "\n")
     log = read_run_log(path)
     assert "timing_s/adv" in log.ignored and "reward" not in log.frame.columns
+
+
+@pytest.mark.parametrize("make", ["synthetic_log", "timings_log"])
+def test_the_example_logs_take_a_seed_or_a_generator_and_name_anything_else(make):
+    """synthetic_log(7, ...) (numpy's seed-or-Generator convention) raised AttributeError: 'int'
+    object has no attribute 'lognormal' from inside; a seed now makes the Generator it seeds."""
+    import numpy as np
+
+    from simulator.calibration import runlogs
+    function = getattr(runlogs, make)
+    keywords = {"steps": 3, "noise": 0.05}
+    timings = {"generate": 10.0, "step_s": 20.0} if make == "timings_log" else {"generate": 10.0}
+    seeded = function(7, timings, **keywords) if make == "timings_log" else function(7, true_s=timings, **keywords)
+    given = (function(np.random.default_rng(7), timings, **keywords) if make == "timings_log"
+             else function(np.random.default_rng(7), true_s=timings, **keywords))
+    assert seeded.equals(given)
+    with pytest.raises(RlsimError) as caught:
+        function("7", timings, **keywords) if make == "timings_log" else function("7", true_s=timings, **keywords)
+    assert caught.value.field == "rng" and caught.value.fix
