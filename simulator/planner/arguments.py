@@ -56,10 +56,15 @@ def ranks_arg(ranks: Sequence[int] | None, topology: Any) -> list[int]:
     if ranks is None:
         return list(range(devices))
     given = list(ranks)
-    out = [whole_number(r) for r in given]   # np.arange(8): its np.int64 ranks are devices 0..7
-    if not out:
+    wholes = [whole_number(r) for r in given]   # np.arange(8): its np.int64 ranks are devices 0..7
+    if not given:
         raise RlsimError("ranks is empty: no device to plan on", field="ranks", fix="leave ranks out (every device)")
-    bad = [g for g, r in zip(given, out, strict=True) if r is None or not 0 <= r < devices]
+    not_whole = [g for g, r in zip(given, wholes, strict=True) if r is None]
+    if not_whole:   # 4.0 read "not a device of the topology (0..7)"
+        raise RlsimError(f"ranks {not_whole[:5]} are not whole numbers", field="ranks",
+                         fix=f"give device ranks as whole numbers among 0..{devices - 1}, e.g. range(4)")
+    out = [r for r in wholes if r is not None]   # every one, after the check above
+    bad = [r for r in out if not 0 <= r < devices]
     if bad:
         raise RlsimError(f"ranks {bad[:5]} are not devices of the topology (0..{devices - 1})", field="ranks",
                          fix=f"give ranks among 0..{devices - 1}")

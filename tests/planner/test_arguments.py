@@ -44,3 +44,13 @@ def test_numpy_whole_numbers_are_ranks_and_counts():
     plain = plan_training(MODEL, TOPOLOGY, 64, 4096, ranks=list(range(8)), top=2)
     given = plan_training(MODEL, TOPOLOGY, np.int64(64), np.int64(4096), ranks=np.arange(8), top=np.int64(2))
     assert [c.choice for c in given.candidates] == [c.choice for c in plain.candidates]
+
+
+def test_ranks_that_are_not_whole_numbers_are_named_as_such():
+    """np.arange(4, 8.0) was refused as "ranks [4.0, ...] are not devices of the topology (0..7)"."""
+    import numpy as np
+    with pytest.raises(RlsimError, match="not whole numbers") as caught:
+        plan_rollout(MODEL, TOPOLOGY, ranks=np.arange(4, 8.0))
+    assert caught.value.field == "ranks"
+    with pytest.raises(RlsimError, match=r"not devices of the topology \(0..7\)"):
+        plan_rollout(MODEL, TOPOLOGY, ranks=[7, 8])
