@@ -494,7 +494,8 @@ RULES: dict[str, Rule] = {
     f"{A}.rollout.max_num_seqs": mapped("workload.rollout_layout.max_num_seqs"),
     f"{A}.rollout.dtype": mapped("workload.rollout_layout.weight_dtype", "and kv_dtype"),
     f"{A}.rollout.prompt_length": ignored("verl sets it from data.max_prompt_length (mapped there)"),
-    f"{A}.rollout.response_length": ignored("verl sets it from data.max_response_length (mapped there)"),
+    f"{A}.rollout.response_length": ignored(
+        "verl sets it from data.max_response_length (mapped there); given apart from it, it is the cap"),
     f"{A}.rollout.max_model_len": ignored("lengths are capped by data.max_*_length (mapped there); read only to "
                                           "refuse a max_num_batched_tokens below it, as verl and vLLM do"),
     **{f"{A}.rollout.{k}": ignored("sampling parameters: the same per-token cost (their effect on lengths "
@@ -967,7 +968,8 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     _copies_of_the_actor(values, decided)
     classify(result, flat, RULES, decided)
     result.notes.append("response-length law: not in a verl config; rlsim's default law "
-                        f"{_law(workload['response_length'])} capped at data.max_response_length "
+                        f"{_law(workload['response_length'])} capped at data.max_response_length (or the "
+                        "rollout.response_length given apart from it) "
                         "(set it with --set workload.response_length.median=... / .sigma=...)")
     return result
 
@@ -1092,6 +1094,20 @@ def _fully_async_filter(v: Values, decided: dict[str, tuple[Status, str]]) -> No
             decided[key] = ("ignored", FULLY_ASYNC_NO_FILTER if key.endswith(".enable") else FULLY_ASYNC_FILTER_KEY)
     if v.given("data.gen_batch_size"):
         decided["data.gen_batch_size"] = ("ignored", FULLY_ASYNC_GEN_BATCH)
+
+
+def _response_cap_key(v: Values, decided: dict[str, tuple[Status, str]]) -> str:
+    """The key whose value caps a response: rollout.response_length where the config gives it apart from
+    data.max_response_length (verl's rollout.yaml interpolates it from there; its engines generate up to
+    it: vllm_rollout_spmd.py / vllm_async_server.py max_tokens=config.response_length, responses padded
+    to it), else data.max_response_length."""
+    key = f"{A}.rollout.response_length"
+    if not v.given(key) or v(key) == v("data.max_response_length"):
+        return "data.max_response_length"
+    decided[key] = ("mapped", "workload.response_length.max: verl's engines generate up to it (max_tokens), "
+                              "not data.max_response_length, which only sets its default")
+    decided["data.max_response_length"] = ("ignored", f"{key} is given: verl generates up to it (mapped there)")
+    return key
 
 
 def _dynamic_sampling(v: Values, recipe: str, w: dict[str, Any], decided: dict[str, tuple[Status, str]]) -> None:
@@ -1324,8 +1340,8 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     w["ppo_epochs"] = v.count(f"{A}.actor.ppo_epochs")
     _dynamic_sampling(v, recipe, w, decided)
     w["prompt_length"] = capped_length("prompt_length", v("data.max_prompt_length"), "data.max_prompt_length", src, v.result.notes)
-    w["response_length"] = capped_length("response_length", v("data.max_response_length"),
-                                         "data.max_response_length", src, v.result.notes)
+    cap_key = _response_cap_key(v, decided)
+    w["response_length"] = capped_length("response_length", v(cap_key), cap_key, src, v.result.notes)
     m = f"{A}.actor.megatron"
     model = w.get("model", user_model)   # the model trained: the config's, or the one --set gives
     w["train_layout"] = without_inapplicable_layout_keys(
