@@ -286,6 +286,16 @@ def _precision_aware_optimizer_rules(section: str) -> dict[str, Rule]:
                for k in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")}}
 
 
+# verl's Megatron DDP config sets grad_reduce_in_fp32 True (0.6.1 - 0.9.1 utils/megatron_utils.py
+# ddp_config_dict), which actor.megatron.override_ddp_config replaces key by key; Megatron-Core's DDP keeps
+# main_grad in the parameters' dtype without it (distributed_data_parallel.py: grad_dtype = torch.float if
+# grad_reduce_in_fp32 else param.dtype): the buffer and its data-parallel reduction in bf16
+GRAD_REDUCE_IN_FP32 = f"{A}.actor.megatron.override_ddp_config.grad_reduce_in_fp32"
+GRAD_REDUCE_IN_FP32_NOTE = ("and workload.train_params.comm.grad_reduce_bytes_per_param: false keeps Megatron's "
+                            "main_grad buffer in bf16 and reduces it so (2 bytes a parameter); true, verl's own "
+                            "value, fp32 (4: rlsim's default)")
+
+
 RULES: dict[str, Rule] = {
     # data
     "data.train_batch_size": mapped("workload.prompts_per_step"),
@@ -396,6 +406,7 @@ RULES: dict[str, Rule] = {
         "offload frees the gradient buffers with the parameters (utils/megatron_utils.py: storage().resize_(0))"),
     f"{A}.actor.megatron.seed": ignored("random seed: no effect on step time"),
     f"{A}.actor.megatron.*": unsupported("Megatron option not modelled"),
+    GRAD_REDUCE_IN_FP32: mapped("workload.train_params.memory.grad_bytes_per_param", GRAD_REDUCE_IN_FP32_NOTE),
     **{f"{A}.actor.megatron.{k}": ignored("checkpoint / model loading: no effect on step time") for k in (
         "use_dist_checkpointing", "dist_checkpointing_path", "use_mbridge")},
     f"{A}.actor.megatron.forward_only": unsupported("a forward-only Megatron engine for training is not modelled",
@@ -1363,6 +1374,9 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         megatron_token_dispatcher(v, VERL_DISPATCHER, w, decided, variable_seq_lengths=VERL_VARIABLE_SEQ_LENGTHS,
                                   deepep_key=VERL_DEEPEP)
         megatron_expert_capacity(v, w, decided)
+        if v.given(GRAD_REDUCE_IN_FP32) and not v.flag(GRAD_REDUCE_IN_FP32):
+            merge_train_params(w, {"memory": {"grad_bytes_per_param": DTYPE_BYTES["bf16"]},
+                                   "comm": {"grad_reduce_bytes_per_param": DTYPE_BYTES["bf16"]}})
         megatron_moe_kernels(v, _TRANSFORMER, w, model, decided, router_default=converter_router_dtype(
             model, v.flag(f"{m}.use_mbridge")))
     _lora(v, w, decided)

@@ -24,3 +24,24 @@ def test_verl_rollout_response_length_given_apart_from_the_data_cap_is_the_gener
     assert same.scenario["workload"]["response_length"]["max"] == 1024
     assert f"{ROLLOUT}.response_length" in same.report()["ignored"]
     assert import_config("verl", VERL, []).scenario["workload"]["response_length"]["max"] == 1024
+
+
+MEGATRON = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.ref.strategy=megatron",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=2"]
+GRAD_FP32 = "actor_rollout_ref.actor.megatron.override_ddp_config.grad_reduce_in_fp32"
+
+
+def test_verl_megatron_grad_reduce_in_fp32_false_halves_the_gradient_buffer_and_its_reduction():
+    """verl's Megatron DDP config sets grad_reduce_in_fp32 True (0.6.1 / 0.7.0 / 0.9.1 utils/megatron_utils.py
+    ddp_config_dict), which override_ddp_config replaces; Megatron-Core's DDP then keeps main_grad in the
+    parameters' dtype (grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype): false is a bf16
+    gradient buffer (2 bytes a parameter, not 4) reduced in bf16."""
+    off = import_config("verl", VERL, [*MEGATRON, f"+{GRAD_FP32}=false"])
+    params = off.scenario["workload"]["train_params"]
+    assert params["memory"]["grad_bytes_per_param"] == 2 and params["comm"]["grad_reduce_bytes_per_param"] == 2
+    assert off.report()["mapped"][GRAD_FP32].startswith("workload.train_params.memory.grad_bytes_per_param")
+    # true is verl's own value, rlsim's default: nothing written
+    on = import_config("verl", VERL, [*MEGATRON, f"+{GRAD_FP32}=true"]).scenario["workload"].get("train_params", {})
+    assert "grad_bytes_per_param" not in on.get("memory", {})
+    assert "grad_reduce_bytes_per_param" not in on.get("comm", {})
