@@ -55,7 +55,7 @@ from .common import (
     world_divides,
 )
 from .deepspeed_zero import merge_train_params, zero_train_params
-from .openrlhf_legacy import LEGACY, LEGACY_DEFAULTS, legacy_arity, translated
+from .openrlhf_legacy import LEGACY, LEGACY_DEFAULTS, LEGACY_LENGTHS, legacy_arity, translated
 from .openrlhf_script import read_script
 
 DEFAULTS_SOURCE = "OpenRLHF 0.11.2 openrlhf/cli/train_ppo_ray.py (its argparse defaults)"
@@ -251,6 +251,10 @@ def import_openrlhf(path: str | Path, overrides: Iterable[str] = (), *, topology
                           for name in old_names)
         result.notes.append(f"flags in OpenRLHF's names before 0.10 (0.9.10's), read as 0.11.2's: {pairs}; with "
                             "0.9.10's micro-batch defaults (rollout 8, train 4 samples)")
+    if any(name in LEGACY_LENGTHS for name in old_names):
+        result.notes.append("0.8.11's length flags: rollout.max_new_tokens = generate_max_len, data.max_len = max_len "
+                            "or prompt_max_len + generate_max_len (1024 each unless given); the prompt law is capped "
+                            "at data.max_len - 1, as for 0.11.2, not at prompt_max_len")
     user_sets = set(user_sets)
     decided: dict[str, tuple[Status, str]] = {}
     gpus = _gpus(v)

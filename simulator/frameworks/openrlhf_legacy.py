@@ -4,7 +4,8 @@ The table is OpenRLHF 0.9.10's train_ppo_ray.py argparse flags (read in its whee
 --no-deps openrlhf==0.9.10`), each with the 0.11.2 flag that took its place; 0.9.10 places and runs
 the models as 0.11.2 does (the same placement groups, colocation flags and async queue). Two
 defaults differ and are taken from 0.9.10 when a script speaks its names: the forward and training
-micro-batches (8 and 4 samples, 1 and 1 in 0.11.2).
+micro-batches (8 and 4 samples, 1 and 1 in 0.11.2). 0.8.11's --prompt_max_len / --generate_max_len
+(read in its wheel) are 0.11.2's data.max_len (their sum) and rollout.max_new_tokens, its --bf16 param_dtype bf16.
 """
 from __future__ import annotations
 
@@ -75,11 +76,18 @@ LEGACY: dict[str, str | tuple[str, ...]] = {
     "wandb_run_name": "logger.wandb.run_name", "dynamic_filtering": "algo.dynamic_filtering_enable",
     "dynamic_filtering_reward_range": "algo.dynamic_filtering_range", "use_tensorboard": "logger.tensorboard_dir",
     "perf": "logger.perf",
+    # 0.8.11's length and precision flags, which 0.9 dropped (OpenRLHF's README scripts pass them): see
+    # LEGACY_LENGTHS for the pair's total; --bf16, a switch there, is 0.11.2's param_dtype bf16
+    "generate_max_len": "rollout.max_new_tokens", "prompt_max_len": "data.max_len", "bf16": "ds.param_dtype",
 }
 # 0.9.10's defaults where 0.11.2's differ (its argparse: micro_rollout_batch_size 8, micro_train_batch_size 4).
 LEGACY_DEFAULTS: dict[str, Any] = {"rollout.micro_batch_size": 8, "train.micro_batch_size": 4}
 # 0.9.10 switches whose 0.11.2 flag takes a value (or that 0.11.2 dropped).
-LEGACY_SWITCHES = ("enable_vllm_is_correction", "actor_init_on_gpu", "perf", "ref_reward_offload")
+LEGACY_SWITCHES = ("enable_vllm_is_correction", "actor_init_on_gpu", "perf", "ref_reward_offload", "bf16")
+# 0.8.11's argparse defaults of its two length flags (train_ppo_ray.py: --prompt_max_len 1024, --generate_max_len
+# 1024): its engines' max_len is --max_len if given, else their sum; the generation stops at generate_max_len
+# (ppo_utils/experience_maker.py: max_tokens=max_new_tokens)
+LEGACY_LENGTHS: dict[str, int] = {"prompt_max_len": 1024, "generate_max_len": 1024}
 
 
 def legacy_arity(arity: Mapping[str, int | str]) -> dict[str, int | str]:
@@ -97,10 +105,18 @@ def translated(flat: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     out = {key: value for key, value in flat.items() if key not in LEGACY}
     old = [key for key in flat if key in LEGACY]
     for key in old:
+        if key in LEGACY_LENGTHS or (key == "bf16" and not flat[key]):
+            continue
         targets = LEGACY[key]
         for new in (targets,) if isinstance(targets, str) else targets:
             value = flat[key]
             if key == "enable_vllm_is_correction":   # 0.9's switch became a level (token: its TIS)
                 value = "token" if value else "off"
+            if key == "bf16":
+                value = "bf16"
             out.setdefault(new, value)
+    if any(key in flat for key in LEGACY_LENGTHS):
+        lengths = {key: flat.get(key, default) for key, default in LEGACY_LENGTHS.items()}
+        out.setdefault("rollout.max_new_tokens", lengths["generate_max_len"])
+        out.setdefault("data.max_len", flat.get("max_len", lengths["prompt_max_len"] + lengths["generate_max_len"]))
     return out, old

@@ -45,3 +45,30 @@ def test_verl_megatron_grad_reduce_in_fp32_false_halves_the_gradient_buffer_and_
     on = import_config("verl", VERL, [*MEGATRON, f"+{GRAD_FP32}=true"]).scenario["workload"].get("train_params", {})
     assert "grad_bytes_per_param" not in on.get("memory", {})
     assert "grad_reduce_bytes_per_param" not in on.get("comm", {})
+
+
+def test_openrlhf_0_8_length_and_precision_flags_read_as_their_0_11_twins(tmp_path):
+    """OpenRLHF 0.8.11's train_ppo_ray.py (read in its wheel) caps a prompt at --prompt_max_len and the
+    generation at --generate_max_len (experience_maker.py: max_tokens=max_new_tokens), its engines' length at
+    max_len or prompt_max_len + generate_max_len (both 1024 by default), and trains in bf16 with --bf16; the
+    flags OpenRLHF's README scripts pass. 0.11.2's: rollout.max_new_tokens, data.max_len, ds.param_dtype."""
+    head = ("python3 -m openrlhf.cli.train_ppo_ray --actor_num_nodes 1 --actor_num_gpus_per_node 8 "
+            "--vllm_num_engines 4 --vllm_tensor_parallel_size 2 --colocate_all_models --pretrain "
+            "meta-llama/Llama-3.1-8B-Instruct --remote_rm_url http://rm --train_batch_size 128 "
+            "--rollout_batch_size 128 --n_samples_per_prompt 4 --advantage_estimator group_norm ")
+    old = tmp_path / "old.sh"
+    old.write_text(head + "--prompt_max_len 1024 --generate_max_len 512 --bf16\n")
+    new = tmp_path / "new.sh"
+    new.write_text(head + "--max_new_tokens 512 --max_len 1536 --param_dtype bf16\n")
+    r_old, r_new = import_config("openrlhf", old), import_config("openrlhf", new)
+    assert not r_old.unknown, r_old.unknown
+    for r in (r_old, r_new):
+        r.scenario["workload"].pop("name"), r.scenario["workload"].pop("description")
+    assert r_old.scenario == r_new.scenario
+    assert r_old.scenario["workload"]["response_length"]["max"] == 512
+    assert r_old.scenario["workload"]["inference"]["max_model_len"] == 1536
+    # 0.8.11's defaults where one is left out: 1024 each
+    only_prompt = tmp_path / "prompt.sh"
+    only_prompt.write_text(head + "--prompt_max_len 2048 --bf16\n")
+    workload = import_config("openrlhf", only_prompt).scenario["workload"]
+    assert (workload["response_length"]["max"], workload["inference"]["max_model_len"]) == (1024, 3072)
