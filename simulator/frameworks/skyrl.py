@@ -122,12 +122,25 @@ def _refuse_keys_skyrl_refuses(flat: dict[str, Any], source: str, decided: dict[
             status, reason = table_status(parent, flat[key], RULES)
             decided[key] = (status, f"an entry of {parent}: {reason}")
             continue
-        new = _renamed(key)
-        raise RlsimError(f"{key} is not a key of skyrl 0.3.0's config: SkyRL refuses it (its dataclasses are built "
-                         "strictly, train/config/config.py validate_dict_keys_against_dataclass)",
-                         source=source, field=key,
-                         fix=f"write it as {new} (skyrl 0.3.0's name of skyrl_train's flat key)" if new else
-                             "remove it, or check the name against skyrl 0.3.0's SkyRLTrainConfig")
+        raise _refused(key, source)
+
+
+def _refuse_renamed_items(items: Iterable[str], source: str) -> None:
+    """A script's argument or a command-line override naming a skyrl_train flat key: refused naming its
+    0.3.0 name, as a YAML's key is (before the override reader's error for a key no config has)."""
+    for item in items:
+        key = item.strip().lstrip("~").partition("=")[0].strip()
+        if _renamed(key) is not None:
+            raise _refused(key, source)
+
+
+def _refused(key: str, source: str) -> RlsimError:
+    """The error for a key skyrl 0.3.0's config lacks, naming its 0.3.0 name where it has one."""
+    new = _renamed(key)
+    return RlsimError(f"{key} is not a key of skyrl 0.3.0's config: SkyRL refuses it (its dataclasses are built "
+                      "strictly, train/config/config.py validate_dict_keys_against_dataclass)", source=source,
+                      field=key, fix=f"write it as {new} (skyrl 0.3.0's name of skyrl_train's flat key)" if new else
+                      "remove it, or check the name against skyrl 0.3.0's SkyRLTrainConfig")
 
 
 def _renamed(key: str) -> str | None:
@@ -158,11 +171,12 @@ def _begin(path: str | Path, overrides: list[str], schedule: str | None) -> tupl
                          source=source, field=plus.strip().lstrip("+").partition("=")[0],
                          fix="write key=value with one of SkyRL's keys")
     script = Path(path).suffix.lower() not in (".yaml", ".yml", ".json")
+    base = read_script(path) if script else None
+    _refuse_renamed_items([*(base or []), *overrides], source)
     return begin_import("skyrl", path, overrides, what="SkyRL config", rules=RULES, defaults=DEFAULTS,
                         defaults_source=DEFAULTS_SOURCE, schedule=schedule,
                         schedule_fix="set trainer.placement.colocate_all or trainer.fully_async.enabled in the config",
-                        base=read_script(path) if script else None,
-                        refuses="SkyRL's config (a fixed dataclass tree)")
+                        base=base, refuses="SkyRL's config (a fixed dataclass tree)")
 
 
 def read_script(path: str | Path) -> list[str]:

@@ -72,3 +72,24 @@ def test_openrlhf_0_8_length_and_precision_flags_read_as_their_0_11_twins(tmp_pa
     only_prompt.write_text(head + "--prompt_max_len 2048 --bf16\n")
     workload = import_config("openrlhf", only_prompt).scenario["workload"]
     assert (workload["response_length"]["max"], workload["inference"]["max_model_len"]) == (1024, 3072)
+
+
+SKYRL = EXAMPLES / "skyrl-grpo-qwen2.5-1.5b-gsm8k.sh"
+
+
+def test_skyrl_train_flat_keys_in_a_script_or_override_are_refused_naming_their_new_name(tmp_path):
+    """skyrl_train's example scripts pass generator.num_inference_engines=...; skyrl 0.3.0 refuses it, and
+    rlsim's error names the 0.3.0 key (generator.inference_engine.num_engines) as it does for a YAML: the
+    script's arguments and the command line's overrides went through the generic unknown-key error first."""
+    import pytest
+
+    from simulator.errors import RlsimError
+    old = tmp_path / "old.sh"
+    old.write_text(SKYRL.read_text().replace("generator.inference_engine.num_engines=$NUM_GPUS",
+                                             "generator.num_inference_engines=$NUM_GPUS"))
+    for path, overrides in ((old, []), (SKYRL, ["generator.gpu_memory_utilization=0.7"])):
+        with pytest.raises(RlsimError, match="SkyRL refuses it") as info:
+            import_config("skyrl", path, overrides)
+        renamed = ("generator.inference_engine.num_engines" if path == old else
+                   "generator.inference_engine.gpu_memory_utilization")
+        assert renamed in info.value.fix and info.value.field.startswith("generator.")
