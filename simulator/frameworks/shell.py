@@ -1,9 +1,10 @@
 """Reading a framework's launch script (OpenRLHF's, SkyRL's): its lines with continuations joined,
 its ``NAME=value`` / ``export NAME=value`` assignments resolving ``$NAME``, ``${NAME}`` and
-``${NAME:-default}`` in later lines (a variable the script does not set stays ``${NAME}``, an error
-where its key is read), a line split as the shell splits it, and where a command ends."""
+``${NAME:-default}`` and ``$((...))`` (bash's integer arithmetic) in later lines (a variable the script
+does not set stays ``${NAME}``, an error where its key is read), a line split as the shell splits it, and where a command ends."""
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from collections.abc import Mapping
@@ -60,7 +61,9 @@ def _unquoted(text: str) -> str:
 
 def expanded(text: str, variables: Mapping[str, str]) -> str:
     """$NAME / ${NAME} / ${NAME:-default} replaced from the script's assignments; an unknown one
-    kept as ${NAME} (Values refuses it when the key is read)."""
+    kept as ${NAME} (Values refuses it when the key is read); $((...)) evaluated as bash's integer
+    arithmetic (_arithmetic)."""
+    text = _arithmetic_expanded(text, variables)
     def value_of(match: re.Match) -> str:
         name = match.group(1) or match.group(3)
         if name in variables:
@@ -69,3 +72,53 @@ def expanded(text: str, variables: Mapping[str, str]) -> str:
             return match.group(2)
         return "${" + name + "}"
     return _VARIABLE.sub(value_of, text)
+
+
+_NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _arithmetic_expanded(text: str, variables: Mapping[str, str]) -> str:
+    """Each $(( EXPR )) of the text replaced by its value (bash's arithmetic expansion); one that does
+    not evaluate (a variable the script does not set to a whole number, a division by zero) by ${NAME}
+    of its first name, which Values refuses when its key is read, as an unset variable."""
+    out, start = [], 0
+    while (begin := text.find("$((", start)) >= 0:
+        depth, end = 2, begin + 3
+        while end < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            end += 1
+        if depth:
+            break
+        expression = text[begin + 3:end - 2]
+        out += [text[start:begin], _arithmetic(expression, variables)]
+        start = end
+    return "".join(out) + text[start:]
+
+
+def _arithmetic(expression: str, variables: Mapping[str, str]) -> str:
+    """bash's value of one arithmetic expression (names bare or as $NAME / ${NAME}; + - * / %, / and %
+    truncating toward zero as C's)."""
+    names = [match.group(1) or match.group(2) for match in _NAME.finditer(expression)]
+    try:
+        python = _NAME.sub(lambda m: str(int(variables[m.group(1) or m.group(2)])), expression)
+        return str(_evaluate(ast.parse(python.strip(), mode="eval").body))
+    except (KeyError, ValueError, SyntaxError, ZeroDivisionError):
+        return "${" + (names[0] if names else "arithmetic") + "}"
+
+
+def _evaluate(node: ast.AST) -> int:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _evaluate(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Mod)):
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, (ast.Div, ast.Mod)):
+            if right == 0:
+                raise ZeroDivisionError
+            quotient = abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1)
+            return quotient if isinstance(node.op, ast.Div) else left - quotient * right
+        return left + right if isinstance(node.op, ast.Add) else left - right if isinstance(node.op, ast.Sub) \
+            else left * right
+    raise ValueError("not bash's integer arithmetic")

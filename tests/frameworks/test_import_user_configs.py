@@ -93,3 +93,35 @@ def test_skyrl_train_flat_keys_in_a_script_or_override_are_refused_naming_their_
         renamed = ("generator.inference_engine.num_engines" if path == old else
                    "generator.inference_engine.gpu_memory_utilization")
         assert renamed in info.value.fix and info.value.field.startswith("generator.")
+
+
+def test_a_scripts_arithmetic_expansion_is_evaluated_as_bash_does(tmp_path):
+    """Launch scripts size one count from others: TOTAL=$((NUM_NODES * NUM_GPUS)), $((NUM_GPUS / TP)) inline.
+    bash's integer arithmetic ($VAR or bare names, + - * / %, / truncating), then the value is the key's;
+    before, the expression's words were split into tokens and the key read as an unknown override."""
+    import pytest
+
+    from simulator.errors import RlsimError
+    from simulator.frameworks.shell import expanded
+    variables = {"NUM_NODES": "2", "NUM_GPUS": "8", "TP": "3"}
+    assert expanded("x=$((NUM_NODES * NUM_GPUS))", variables) == "x=16"
+    assert expanded("x=$(( $NUM_GPUS / TP + 1 ))", variables) == "x=3"          # 8 / 3 = 2 (integer) + 1
+    assert expanded("x=$(((NUM_GPUS - 10) / 4))", variables) == "x=0"            # -2 / 4 truncates to 0
+    assert expanded("x=$((NUM_GPUS % TP))", variables) == "x=2"
+    # a variable the script does not set: ${NAME}, refused where its key is read, as an unset $NAME
+    assert expanded("x=$((UNSET * 2))", variables) == "x=${UNSET}"
+    unset = tmp_path / "unset.sh"
+    unset.write_text(SKYRL.read_text().replace("trainer.train_batch_size=1024", "trainer.train_batch_size=$((UNSET * 2))"))
+    with pytest.raises(RlsimError, match="UNSET") as info:
+        import_config("skyrl", unset)
+    assert info.value.field == "trainer.train_batch_size"
+    script = tmp_path / "sky.sh"
+    script.write_text(SKYRL.read_text().replace("NUM_GPUS=8", "NUM_NODES=1\nGPUS_PER_NODE=8\nNUM_GPUS=$((NUM_NODES * "
+                                                                         "GPUS_PER_NODE))")
+                      .replace("generator.inference_engine.num_engines=$NUM_GPUS",
+                               "generator.inference_engine.num_engines=$(( NUM_GPUS / 2 ))")
+                      .replace("generator.inference_engine.tensor_parallel_size=1",
+                               "generator.inference_engine.tensor_parallel_size=2"))
+    r = import_config("skyrl", script)
+    assert r.scenario["workload"]["rollout_layout"]["tp"] == 2
+    assert r.report()["source"] == str(script) and not r.unknown
