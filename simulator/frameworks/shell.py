@@ -1,7 +1,8 @@
 """Reading a framework's launch script (OpenRLHF's, SkyRL's): its lines with continuations joined,
 its ``NAME=value`` / ``export NAME=value`` assignments resolving ``$NAME``, ``${NAME}`` and
 ``${NAME:-default}`` and ``$((...))`` (bash's integer arithmetic) in later lines (a variable the script
-does not set stays ``${NAME}``, an error where its key is read), a line split as the shell splits it, and where a command ends."""
+does not set stays ``${NAME}``, an error where its key is read), a line split as the shell splits it,
+and where a command ends."""
 from __future__ import annotations
 
 import ast
