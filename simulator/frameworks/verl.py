@@ -43,6 +43,7 @@ from .common import (
     Rule,
     Status,
     Values,
+    apply_hydra_overrides,
     begin_workload,
     capped_length,
     classify,
@@ -62,6 +63,7 @@ from .common import (
     overridden_keys,
     positive_int,
     read_config,
+    resolve_interpolations,
     rule_for,
     size_topology,
     speculative_entry_status,
@@ -73,6 +75,7 @@ from .common import (
 )
 from .megatron_moe import megatron_moe_kernels
 from .verl_optimizer import critic_optimizer, hybrid_device_offload, optimizer_fields, override_decisions
+from .verl_script import is_script, read_verl_script
 from .verl_transformer import (
     TRANSFORMER_RULES,
     converter_router_dtype,
@@ -933,6 +936,11 @@ def recipe_of(values: Values, explicit: str | None) -> tuple[str, str]:
     return "colocated", "colocated (main_ppo's hybrid engine: no async_training, no rollout pool)"
 
 
+# verl's config sections (its defaults' and table's top-level keys): a launch script's overrides are those
+# of its training command under them (verl_script.read_verl_script)
+VERL_SECTIONS = frozenset(key.split(".")[0] for key in (*DEFAULTS, *RULES))
+
+
 def _verl_key(key: str) -> bool:
     """A key of verl's own config as rlsim knows it: its defaults, its table (a section's catch-all
     too, unless the key is one typo away from a listed one)."""
@@ -946,7 +954,11 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     source = str(path)
     # verl's entry points compose the config with Hydra (struct mode): a plain override of a key
     # the config lacks is refused there; rlsim's table and defaults stand for verl's full config
-    flat = read_config(path, overrides, what="verl config", known=_verl_key)
+    if is_script(path):   # a launch script: its command's overrides over verl's defaults, then the given ones
+        base = read_verl_script(path, VERL_SECTIONS)
+        flat = resolve_interpolations(apply_hydra_overrides({}, [*base, *overrides], source, _verl_key))
+    else:
+        flat = read_config(path, overrides, what="verl config", known=_verl_key)
     result = FrameworkImport("verl", source, {}, rules=RULES, overridden=overridden_keys(overrides))
     values = Values(flat, DEFAULTS, result, DEFAULTS_SOURCE)
     recipe, result.schedule_rule = recipe_of(values, schedule)

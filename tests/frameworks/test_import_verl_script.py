@@ -1,0 +1,92 @@
+"""A verl launch script (`python3 -m verl.trainer.main_ppo key=value ...`, as verl's examples/*/run_*.sh):
+its training command's Hydra overrides read over verl's defaults, as a YAML with the same keys."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from simulator.errors import RlsimError
+from simulator.frameworks import import_config
+
+OVERRIDES = {
+    "algorithm.adv_estimator": "grpo",
+    "data.train_batch_size": 256,
+    "data.max_prompt_length": 512,
+    "data.max_response_length": 1024,
+    "actor_rollout_ref.model.path": "Qwen/Qwen2.5-7B-Instruct",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 64,
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
+    "actor_rollout_ref.actor.use_kl_loss": True,
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 8,
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 8,
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
+    "actor_rollout_ref.rollout.name": "vllm",
+    "actor_rollout_ref.rollout.gpu_memory_utilization": 0.6,
+    "actor_rollout_ref.rollout.n": 4,
+    "trainer.n_gpus_per_node": 8,
+    "trainer.nnodes": 2,
+}
+
+
+def _nested(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def _script(tmp_path, body: str):
+    path = tmp_path / "run_qwen2_5_7b.sh"
+    path.write_text(body)
+    return path
+
+
+def _script_of(overrides: dict) -> str:
+    """A launch script as verl's examples write it: variables, a continued command, extra arguments, a tee."""
+    args = []
+    for key, value in overrides.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        args.append(f"    {key}=$MODEL \\" if key == "actor_rollout_ref.model.path" else
+                    f"    {key}=$((NNODES)) \\" if key == "trainer.nnodes" else f"    {key}={text} \\")
+    return ("set -x\nexport VLLM_USE_V1=1\nMODEL=Qwen/Qwen2.5-7B-Instruct\nNNODES=2\n\n"
+            "python3 -m verl.trainer.main_ppo \\\n" + "\n".join(args)
+            + "\n    trainer.logger=['console','wandb'] \\\n    trainer.total_epochs=15 $@ 2>&1 | tee verl_demo.log\n")
+
+
+def test_a_launch_script_imports_as_a_yaml_of_its_overrides(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(_nested({**OVERRIDES, "trainer.total_epochs": 15})))
+    script = _script(tmp_path, _script_of(OVERRIDES))
+    from_yaml, from_script = import_config("verl", config), import_config("verl", script)
+    def named_apart(scenario: dict) -> dict:   # the workload is named after its file
+        workload = {k: v for k, v in scenario["workload"].items() if k not in ("name", "description")}
+        return {**scenario, "workload": workload}
+
+    assert named_apart(from_script.scenario) == named_apart(from_yaml.scenario)
+    assert from_script.scenario["workload"]["name"] == "run_qwen2_5_7b"
+    assert from_script.scenario["topology"]["nodes"] == 2
+    assert from_script.scenario["workload"]["rollout_layout"]["tp"] == 2
+
+
+def test_overrides_after_a_script_apply_on_top_of_its_command(tmp_path):
+    script = _script(tmp_path, _script_of(OVERRIDES))
+    more = import_config("verl", script, ["trainer.nnodes=4"])
+    assert more.scenario["topology"]["nodes"] == 4
+
+
+def test_a_script_without_a_verl_command_names_the_script_and_the_fix(tmp_path):
+    script = _script(tmp_path, "set -x\necho nothing to train here\n")
+    with pytest.raises(RlsimError, match="no verl training command") as err:
+        import_config("verl", script)
+    assert str(script) in str(err.value) and "main_ppo" in str(err.value)
+
+
+def test_a_key_verl_does_not_have_is_refused_as_hydra_refuses_it(tmp_path):
+    script = _script(tmp_path, "python3 -m verl.trainer.main_ppo trainer.nnodes=1 trainer.n_gpus_per_node=8 "
+                               "actor_rollout_ref.rollout.tensor_model_paralel_size=2\n")
+    with pytest.raises(RlsimError, match="tensor_model_paralel_size.* names a key the config does not have"):
+        import_config("verl", script)
