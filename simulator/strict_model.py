@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from .units import text_number_fix
+
 
 def takes_bool(annotation: Any) -> bool:
     """Whether a field of this type may hold a bool (bool itself, Any, or a union with either)."""
@@ -120,7 +122,7 @@ class _TextGiven:
         self.value = value
 
     def __repr__(self) -> str:
-        return f"{self.value!r}, text: write the number without quotes"
+        return f"{self.value!r}, text: {text_number_fix(self.value)}"
 
 
 class StrictModel(BaseModel):

@@ -30,6 +30,20 @@ _WRITE = {"size": "write a number of bytes with an optional unit, e.g. '80GB', '
           "compute": "write a number with an optional unit, e.g. '989TFLOPS', '2PFLOPS'"}
 
 
+# Words a number field may be given as text that read as a number nowhere in rlsim (a scenario refuses
+# NaN and infinities): named as such, where a quoted number is told to drop its quotes.
+NON_FINITE_WORDS = frozenset({"nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", ".nan", ".inf",
+                              "-.inf", "+.inf"})
+
+
+def text_number_fix(text: str) -> str:
+    """The fix for a number field given ``text``: a finite number where the text is NaN or an infinity,
+    else the quotes to drop (a quoted number is text)."""
+    if text.strip().lower() in NON_FINITE_WORDS:
+        return "give a finite number (NaN and infinities are not accepted)"
+    return "write the number without quotes"
+
+
 def whole_number(value: Any) -> int | None:
     """``value`` as a Python int where it is written as a whole number: an int or a numpy integer
     (a notebook's np.arange, a DataFrame column's np.int64, which isinstance(v, int) refused as

@@ -135,3 +135,15 @@ def test_an_unreadable_quantity_is_fixed_with_examples_of_its_own_kind(parse, sh
     with pytest.raises(RlsimError) as caught:
         parse("abc", "--x")
     assert shown in caught.value.fix and foreign not in caught.value.fix
+
+
+@pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-inf", ".inf", "Infinity"])
+def test_a_non_finite_word_given_as_a_number_is_told_to_give_a_finite_one(text):
+    """YAML reads `nan` / `inf` as text: the fix is a finite number, not "without quotes" (none were written)."""
+    from simulator.hardware.devices import device_from_mapping
+    from simulator.units import text_number_fix
+
+    assert "finite number" in text_number_fix(text)
+    assert text_number_fix("0.7") == "write the number without quotes"
+    with pytest.raises(RlsimError, match="finite number"):
+        device_from_mapping({"base": "h100", "gemm_efficiency": text}, field_name="topology.device")

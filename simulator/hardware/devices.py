@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RlsimError, one_typo_from
-from ..units import is_unitless, parse_bandwidth, parse_bytes, parse_flops, parse_seconds
+from ..units import is_unitless, parse_bandwidth, parse_bytes, parse_flops, parse_seconds, text_number_fix
 
 # Achievable fractions shared by most devices (hardware.md, "Achievable fractions seen in practice").
 DEFAULT_GEMM_EFFICIENCY = 0.75  # large BF16 GEMMs reach ~70-80% of peak on H100/A100
@@ -388,7 +388,7 @@ def device_from_mapping(value: str | Mapping[str, Any], source: str | None = Non
             fields[key] = None
         elif isinstance(raw, str):   # float() would read '0.6'; a quoted number is text, as in the scenario
             raise RlsimError(f"expected a number, got {raw!r} (text)", source=source, field=where,
-                             fix="write the number without quotes")
+                             fix=text_number_fix(raw))
         else:
             try:
                 fields[key] = float(raw)
