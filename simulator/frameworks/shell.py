@@ -63,7 +63,36 @@ def _unquoted(text: str) -> str:
 def expanded(text: str, variables: Mapping[str, str]) -> str:
     """$NAME / ${NAME} / ${NAME:-default} replaced from the script's assignments; an unknown one
     kept as ${NAME} (Values refuses it when the key is read); $((...)) evaluated as bash's integer
-    arithmetic (_arithmetic)."""
+    arithmetic (_arithmetic). Inside single quotes nothing is expanded, as bash leaves it."""
+    return "".join(part if quoted else _expanded_unquoted(part, variables)
+                   for part, quoted in _single_quoted_parts(text))
+
+
+def _single_quoted_parts(text: str) -> list[tuple[str, bool]]:
+    """The text cut into (part, inside single quotes) in order, the quotes kept with their part; a single
+    quote inside double quotes (or escaped with a backslash outside them) is a character, as in bash."""
+    parts: list[tuple[str, bool]] = []
+    start, i, double = 0, 0, False
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and not double:
+            i += 2
+            continue
+        if char == '"':
+            double = not double
+        elif char == "'" and not double:
+            end = text.find("'", i + 1)
+            if end < 0:   # unclosed: the shell's split says so (split_line)
+                break
+            parts += [(text[start:i], False), (text[i:end + 1], True)]
+            start = i = end + 1
+            continue
+        i += 1
+    return [part for part in [*parts, (text[start:], False)] if part[0]]
+
+
+def _expanded_unquoted(text: str, variables: Mapping[str, str]) -> str:
+    """expanded() of text outside single quotes."""
     text = _arithmetic_expanded(text, variables)
     def value_of(match: re.Match) -> str:
         name = match.group(1) or match.group(3)

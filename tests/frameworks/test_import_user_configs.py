@@ -125,3 +125,13 @@ def test_a_scripts_arithmetic_expansion_is_evaluated_as_bash_does(tmp_path):
     r = import_config("skyrl", script)
     assert r.scenario["workload"]["rollout_layout"]["tp"] == 2
     assert r.report()["source"] == str(script) and not r.unknown
+
+
+def test_a_launch_script_leaves_single_quoted_text_unexpanded_as_bash_does():
+    """bash expands nothing inside single quotes; inside double quotes a single quote is a character."""
+    from simulator.frameworks.shell import expanded
+
+    names = {"A": "1", "B": "two"}
+    assert expanded("x=$A y='$B' z=\"$B '$A'\"", names) == "x=1 y='$B' z=\"two '1'\""
+    assert expanded("$((A + 1)) '$((A + 1))'", names) == "2 '$((A + 1))'"
+    assert expanded("w=\\'$A", names) == "w=\\'1"   # an escaped quote opens nothing
