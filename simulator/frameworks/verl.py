@@ -73,6 +73,7 @@ from .common import (
     without_inapplicable_layout_keys,
     world_divides,
 )
+from .megatron_ddp import ddp_rules, megatron_ddp_overlap
 from .megatron_moe import megatron_moe_kernels
 from .verl_optimizer import critic_optimizer, hybrid_device_offload, optimizer_fields, override_decisions
 from .verl_script import is_script, read_verl_script
@@ -293,7 +294,8 @@ def _precision_aware_optimizer_rules(section: str) -> dict[str, Rule]:
 # ddp_config_dict), which actor.megatron.override_ddp_config replaces key by key; Megatron-Core's DDP keeps
 # main_grad in the parameters' dtype without it (distributed_data_parallel.py: grad_dtype = torch.float if
 # grad_reduce_in_fp32 else param.dtype): the buffer and its data-parallel reduction in bf16
-GRAD_REDUCE_IN_FP32 = f"{A}.actor.megatron.override_ddp_config.grad_reduce_in_fp32"
+VERL_DDP = f"{A}.actor.megatron.override_ddp_config"
+GRAD_REDUCE_IN_FP32 = f"{VERL_DDP}.grad_reduce_in_fp32"
 GRAD_REDUCE_IN_FP32_NOTE = ("and workload.train_params.comm.grad_reduce_bytes_per_param: false keeps Megatron's "
                             "main_grad buffer in bf16 and reduces it so (2 bytes a parameter); true, verl's own "
                             "value, fp32 (4: rlsim's default)")
@@ -409,6 +411,7 @@ RULES: dict[str, Rule] = {
         "offload frees the gradient buffers with the parameters (utils/megatron_utils.py: storage().resize_(0))"),
     f"{A}.actor.megatron.seed": ignored("random seed: no effect on step time"),
     f"{A}.actor.megatron.*": unsupported("Megatron option not modelled"),
+    **ddp_rules(VERL_DDP),
     GRAD_REDUCE_IN_FP32: mapped("workload.train_params.memory.grad_bytes_per_param", GRAD_REDUCE_IN_FP32_NOTE),
     **{f"{A}.actor.megatron.{k}": ignored("checkpoint / model loading: no effect on step time") for k in (
         "use_dist_checkpointing", "dist_checkpointing_path", "use_mbridge")},
@@ -1389,6 +1392,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
         if v.given(GRAD_REDUCE_IN_FP32) and not v.flag(GRAD_REDUCE_IN_FP32):
             merge_train_params(w, {"memory": {"grad_bytes_per_param": DTYPE_BYTES["bf16"]},
                                    "comm": {"grad_reduce_bytes_per_param": DTYPE_BYTES["bf16"]}})
+        megatron_ddp_overlap(v, VERL_DDP, w, decided)
         megatron_moe_kernels(v, _TRANSFORMER, w, model, decided, router_default=converter_router_dtype(
             model, v.flag(f"{m}.use_mbridge")))
     _lora(v, w, decided)
@@ -1576,6 +1580,8 @@ def _train_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str
         # the distributed optimizer unless the config turns it off (null: Megatron's default, on)
         distributed = f"{m}.use_distributed_optimizer"
         layout["zero"] = 1 if v(distributed) is None or v.flag(distributed) else 0
+        if v.given(override := f"{VERL_DDP}.use_distributed_optimizer"):   # ddp_config_dict.update: it wins
+            layout["zero"] = 1 if v.flag(override) else 0
         ulysses = v.whole(f"{A}.actor.ulysses_sequence_parallel_size", 1)
         if ulysses > 1:
             raise RlsimError(f"ulysses_sequence_parallel_size {ulysses} with the megatron backend: it splits the "
