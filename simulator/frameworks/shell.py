@@ -52,6 +52,18 @@ def command_end(tokens: list[str]) -> int:
                 len(tokens))
 
 
+def python_command_arguments(line: str, variables: Mapping[str, str], source: str) -> list[str]:
+    """The arguments of the line's Python command (``python -m MODULE ...`` or ``... SCRIPT.py ...``), its
+    variables resolved, up to where that command ends; none where the line runs no Python entry point."""
+    tokens = split_line(line, variables, source, "training")
+    start = next((i + 2 if token == "-m" else i + 1 for i, token in enumerate(tokens)
+                  if token == "-m" or token.endswith(".py")), None)
+    if start is None:
+        return []
+    tokens = tokens[start:]
+    return tokens[:command_end(tokens)]
+
+
 def _unquoted(text: str) -> str:
     try:
         parts = shlex.split(text, comments=True)

@@ -47,7 +47,7 @@ from .common import (
     table_status,
     world_divides,
 )
-from .shell import command_end, note_assignment, script_lines, split_line
+from .shell import note_assignment, python_command_arguments, script_lines
 from .skyrl_mapping import gpus_of, mode_of, rollout_gpus, schedule_of, strategy_of, workload
 from .skyrl_rules import DEFAULTS, DEFAULTS_SOURCE, MEGATRON_SIZES, RULES
 
@@ -201,10 +201,5 @@ def _arguments(line: str, variables: Mapping[str, str], source: str) -> list[str
     to the end of that command; none where the line runs no Python entry point."""
     if not any(section in line for section in _SECTIONS):
         return []
-    tokens = split_line(line, variables, source, "training")
-    start = next((i + 2 if token == "-m" else i + 1 for i, token in enumerate(tokens)
-                  if token == "-m" or token.endswith(".py")), None)
-    if start is None:
-        return []
-    tokens = tokens[start:]
-    return [token for token in tokens[:command_end(tokens)] if "=" in token and token.startswith(_SECTIONS)]
+    return [token for token in python_command_arguments(line, variables, source)
+            if "=" in token and token.startswith(_SECTIONS)]

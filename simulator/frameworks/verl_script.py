@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..errors import RlsimError
-from .shell import command_end, note_assignment, script_lines, split_line
+from .shell import note_assignment, python_command_arguments, script_lines
 
 # A config file's suffixes; anything else given to --from-verl is read as a launch script.
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
@@ -42,13 +42,7 @@ def _overrides(line: str, variables: Mapping[str, str], source: str, prefixes: t
     none where the line runs no Python entry point or passes no verl key."""
     if not any(prefix in line for prefix in prefixes):
         return []
-    tokens = split_line(line, variables, source, "training")
-    start = next((i + 2 if token == "-m" else i + 1 for i, token in enumerate(tokens)
-                  if token == "-m" or token.endswith(".py")), None)
-    if start is None:
-        return []
-    tokens = tokens[start:command_end(tokens[start:]) + start]
-    return [token for token in tokens if _key_of(token).startswith(prefixes)]
+    return [token for token in python_command_arguments(line, variables, source) if _key_of(token).startswith(prefixes)]
 
 
 def _key_of(token: str) -> str:
