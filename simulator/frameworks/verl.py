@@ -424,8 +424,9 @@ RULES: dict[str, Rule] = {
         "(the attention core, recompute_modules [core_attn]); the hf model's enable_gradient_checkpointing is not "
         "read by the megatron workers"),
     **{f"{A}.actor.megatron.override_transformer_config.{k}": mapped(
-        "workload.train_layout.recompute", "read with recompute_granularity full: uniform is rlsim's full; block "
-        "(recompute_num_layers of each stage) is not modelled") for k in ("recompute_method", "recompute_num_layers")},
+        f"workload.train_layout.{k}", "read with recompute_granularity full: uniform (null: uniform) checkpoints "
+        "each group of recompute_num_layers (null: 1) layers, block recomputes the first recompute_num_layers of "
+        "each model chunk") for k in ("recompute_method", "recompute_num_layers")},
     f"{A}.actor.megatron.override_transformer_config.recompute_modules": mapped(
         "workload.train_layout.recompute", "read with recompute_granularity selective: [core_attn] is rlsim's "
         "selective; other modules are not modelled"),
@@ -1570,7 +1571,7 @@ def _train_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str
                               "micro_batch": micro or 1}
     if strategy == "megatron":
         m = f"{A}.actor.megatron"
-        layout["recompute"] = _megatron_recompute(v, decided)
+        layout.update(_megatron_recompute(v, decided))
         for key, rl in (("tensor_model_parallel_size", "tp"), ("pipeline_model_parallel_size", "pp"),
                         ("virtual_pipeline_model_parallel_size", "vpp"), ("expert_model_parallel_size", "ep"),
                         ("context_parallel_size", "cp")):
@@ -1619,31 +1620,36 @@ VERL_DEEPEP = f"{_TRANSFORMER}.moe_enable_deepep"
 VERL_VARIABLE_SEQ_LENGTHS = "verl 0.6.1 models/mcore/config_converter.py"
 
 
-def _megatron_recompute(v: Values, decided: dict[str, tuple[Status, str]]) -> str:
-    """rlsim's recompute from Megatron's TransformerConfig overrides: recompute_granularity null (the
-    default) none, full (every layer under recompute_method uniform; block, only recompute_num_layers
-    of each stage, is not modelled and taken as full), selective (the attention core: recompute_modules
-    [core_attn], Megatron's default; other modules are not modelled)."""
+def _megatron_recompute(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+    """rlsim's recompute fields from Megatron's TransformerConfig overrides: recompute_granularity null (the
+    default) none, full (recompute_method uniform or block and recompute_num_layers as given, null: uniform,
+    1), selective (the attention core: recompute_modules [core_attn], Megatron's default; other modules are
+    not modelled)."""
     src = v.result.source
-    granularity, method, _layers, modules = (v.flat.get(k) for k in MEGATRON_RECOMPUTE_KEYS)
+    granularity, method, layers, modules = (v.flat.get(k) for k in MEGATRON_RECOMPUTE_KEYS)
     decided[f"{A}.model.enable_gradient_checkpointing"] = (
         "ignored", f"verl's megatron workers do not read it: {_TRANSFORMER}.recompute_granularity sets recompute")
     method_keys, modules_key = MEGATRON_RECOMPUTE_KEYS[1:3], MEGATRON_RECOMPUTE_KEYS[3]
     if granularity not in (None, "full", "selective"):
         raise RlsimError(f"unknown recompute_granularity {granularity!r}", source=src, field=MEGATRON_RECOMPUTE_KEYS[0],
                          fix="use full, selective or null")
+    if granularity == "full" and method not in (None, "uniform", "block"):
+        raise RlsimError(f"unknown recompute_method {method!r}", source=src, field=MEGATRON_RECOMPUTE_KEYS[1],
+                         fix="use uniform, block or null")
     for key in method_keys:
         if key in v.flat and granularity != "full":
             decided[key] = ("ignored", f"read with recompute_granularity full only (here {granularity})")
-        elif key in v.flat and method == "block":
-            decided[key] = ("unsupported", "block recompute (only recompute_num_layers layers of each stage) is not "
-                                           "modelled: taken as full")
     if modules_key in v.flat and granularity != "selective":
         decided[modules_key] = ("ignored", f"read with recompute_granularity selective only (here {granularity})")
     elif modules_key in v.flat and modules not in (None, ["core_attn"]):
         decided[modules_key] = ("unsupported", f"recomputing {modules} is not modelled: rlsim's selective "
                                                "recomputes the attention core (core_attn)")
-    return {None: "none", "full": "full", "selective": "selective"}[granularity]
+    out: dict[str, Any] = {"recompute": {None: "none", "full": "full", "selective": "selective"}[granularity]}
+    if granularity == "full" and method not in (None, "uniform"):   # the defaults left out: the scenario as before
+        out["recompute_method"] = method
+    if granularity == "full" and layers not in (None, 1):
+        out["recompute_num_layers"] = layers
+    return out
 
 
 def _fsdp_shard_size(v: Values) -> int | None:

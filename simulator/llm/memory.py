@@ -191,7 +191,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     tokens = layout.micro_batch * seq_len / cp
     m = micro_batches if micro_batches is not None else pp * vpp
     key = (model, chunks, pp, vpp, tp, layout.ep, layout.expert_tp, layout.sp, layout.recompute,
-           bool(flash_attention), context / cp, params)
+           bool(flash_attention), context / cp, params, layout.recompute_method, layout.recompute_num_layers)
     try:
         sums = _stage_sums(*key)
     except TypeError:  # an unhashable model stand-in
@@ -231,7 +231,7 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         grads = device_gradient_bytes(zero, grad_bpp, trained, trained_shard, params)
         optim = optim_bpp * (trained_shard if zero >= 1 else trained)
         acts = _in_flight_cached(tuple([per_chunk * tokens for per_chunk in per_chunks]), pp, vpp, m, s)
-        if full_recompute:  # the largest layer's full activations are rebuilt during its backward
+        if full_recompute:  # the largest recompute group's full activations are rebuilt during its backward
             acts += tokens * rebuilt
         logits = tokens * float(model.head_outputs) / tp * logits_bpe if s == pp - 1 else 0.0
         # torch's pipelining under FSDP2 holds the stage's unsharded gradients over the micro-batches
@@ -325,20 +325,24 @@ def zero_backward_buffers_bytes(zero: int, grad_partition_bytes: float, micro_ba
 
 @lru_cache(maxsize=4096)
 def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, tp: int, ep: int, etp: int, sp: bool,
-                recompute: str, flash: bool, context_len: float, params: MemoryParams
+                recompute: str, flash: bool, context_len: float, params: MemoryParams,
+                method: str = "uniform", group: int = 1
                 ) -> tuple[tuple[float, float, float, tuple[float, ...], float, float, float, float], ...]:
     """Per pipeline stage: (dense params, expert params, largest layer's params, activation bytes per
-    token of each chunk, rebuilt activations, the trained dense and expert params: LoRA's adapters;
+    token of each chunk (under full recompute as `method` / `group` keep them: _full_recompute_chunk),
+    rebuilt activations (the largest recompute group's, per token), the trained dense and expert params: LoRA's adapters;
     all of them otherwise; the largest trained tensor of its layers, largest_trained_tensor) -- the per-layer sums of _memory_per_device, in the same order (the same
     floats), independent of dp, ZeRO, the micro-batch and the token count, which the candidates of a
     search vary."""
     shapes = layer_shapes(model)
     gated = bool(getattr(model, "gated_ffn", True))
     per_shape: dict[int, tuple[float, float | None, float, float, float, float]] = {}
+    full_acts: dict[int, float] = {}
     out = []
     for s in range(pp):
         dense = expert = largest_layer = trained_dense = trained_expert = largest_tensor = 0.0
         per_chunks = []
+        rebuilt = 0.0
         for c in range(vpp):
             per_chunk = 0.0
             for i in chunks[c * pp + s]:
@@ -360,16 +364,47 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
                 largest_layer = max(largest_layer, layer_dense + layer_expert)
                 largest_tensor = max(largest_tensor, info[5])
                 per_chunk += info[2]
+            if recompute == "full":   # stored checkpoints (and kept layers), and the group rebuilt in a backward
+                layers = chunks[c * pp + s]
+                per_chunk, chunk_rebuilt = _full_recompute_chunk(
+                    [per_shape[id(shapes[i])][2] for i in layers],
+                    [_full_acts(full_acts, shapes[i], model, gated, tp, sp, flash, context_len, params)
+                     for i in layers], method, group)
+                rebuilt = max(rebuilt, chunk_rebuilt)
             per_chunks.append(per_chunk)
-        rebuilt = 0.0
-        if recompute == "full":   # each layer's full activations are rebuilt during its backward: the largest's
-            stage_shapes = {id(shapes[i]): shapes[i] for c in range(vpp) for i in chunks[c * pp + s]}
-            rebuilt = max((activation_bytes_per_token(lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp,
-                                                      sp=sp, recompute="none", flash=flash, context_len=context_len,
-                                                      params=params) for lay in stage_shapes.values()), default=0.0)
         out.append((dense, expert, largest_layer, tuple(per_chunks), rebuilt, trained_dense, trained_expert,
                     largest_tensor))
     return tuple(out)
+
+
+def _full_acts(cache: dict[int, float], lay: LayerShape, model, gated: bool, tp: int, sp: bool, flash: bool,
+               context_len: float, params: MemoryParams) -> float:
+    """A layer's full activation bytes per token (as without recompute), cached per shape in `cache`."""
+    value = cache.get(id(lay))
+    if value is None:
+        value = cache[id(lay)] = activation_bytes_per_token(
+            lay, int(model.hidden), int(model.ffn_hidden), gated, tp=tp, sp=sp, recompute="none", flash=flash,
+            context_len=context_len, params=params)
+    return value
+
+
+def _full_recompute_chunk(inputs: list[float], full: list[float], method: str, group: int) -> tuple[float, float]:
+    """(stored, rebuilt) activation bytes per token of a model chunk under full recompute, from its layers'
+    checkpointed inputs and full activations, in layer order (megatron-core 0.13.0 transformer_block.py
+    _checkpointed_forward): uniform, the input of each group of `group` layers stored and the largest group's
+    full activations rebuilt during its backward; block, the first `group` layers' inputs stored (each
+    rebuilt alone) and the other layers' full activations kept."""
+    stored, rebuilt = 0.0, 0.0
+    if method == "block":
+        for k, (x, f) in enumerate(zip(inputs, full, strict=True)):
+            stored += x if k < group else f
+            if k < group:
+                rebuilt = max(rebuilt, f)
+        return stored, rebuilt
+    for start in range(0, len(inputs), group):
+        stored += inputs[start]
+        rebuilt = max(rebuilt, sum(full[start:start + group]))
+    return stored, rebuilt
 
 
 def forward_memory_per_device(model, layout: TrainLayout, tokens: float, head_tokens: float, capacity_hbm_bytes: float,

@@ -10,6 +10,11 @@ from typing import Any
 from ..errors import RlsimError
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+# Megatron-Core's --recompute-method under --recompute-granularity full (megatron-core 0.13.0
+# transformer/transformer_block.py _checkpointed_forward): uniform checkpoints the input of each group of
+# recompute_num_layers layers and rebuilds the group in its backward; block recomputes the first
+# recompute_num_layers layers of each model chunk (one by one) and keeps the others' activations.
+RECOMPUTE_METHODS = ("uniform", "block")
 # Nesting of the `ranks` list, innermost first (Megatron-LM default, arXiv 2104.04473 sec. 3.3; the
 # planner's placement.DIMS). EP groups are the innermost `ep` members of the DP dimension.
 DEFAULT_ORDER = ("tp", "cp", "dp", "pp")
@@ -70,6 +75,8 @@ class TrainLayout:
     max_tokens_per_micro_batch: int | None = None
     logprob_max_tokens_per_micro_batch: int | None = None
     zero_shard_size: int | None = None
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
 
     def __post_init__(self) -> None:
         if self._plainly_valid():   # the common case (the planner builds thousands): no check below fails
@@ -102,6 +109,7 @@ class TrainLayout:
         if self.recompute not in RECOMPUTE_MODES:
             raise RlsimError(f"recompute must be one of {RECOMPUTE_MODES}, got {self.recompute!r}",
                              field="train_layout.recompute", fix="use none, selective or full")
+        self._check_recompute_method()
         if not isinstance(self.order, tuple) or sorted(self.order) != sorted(DEFAULT_ORDER):
             raise RlsimError(f"order must be a permutation of {DEFAULT_ORDER}, got {self.order!r}",
                              field="train_layout.order", fix="e.g. [tp, cp, dp, pp] (innermost first)")
@@ -118,7 +126,36 @@ class TrainLayout:
                 and type(self.zero) is int and self.zero in (0, 1, 2, 3)
                 and not (self.zero_shard_size is not None and self.zero == 0)
                 and type(self.recompute) is str and self.recompute in RECOMPUTE_MODES
+                and self.recompute_method == "uniform" and type(self.recompute_num_layers) is int
+                and self.recompute_num_layers == 1
                 and type(self.order) is tuple and self.order == DEFAULT_ORDER)
+
+    def _check_recompute_method(self) -> None:
+        """recompute_method in RECOMPUTE_METHODS, recompute_num_layers a positive integer, either away from
+        its default only with recompute: full (Megatron reads them under --recompute-granularity full only)."""
+        n = self.recompute_num_layers
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise RlsimError(f"recompute_num_layers must be a positive integer, got {n!r}",
+                             field="train_layout.recompute_num_layers", fix="set train_layout.recompute_num_layers "
+                                                                             "to 1 or more")
+        if self.recompute_method not in RECOMPUTE_METHODS:
+            raise RlsimError(f"recompute_method must be one of {RECOMPUTE_METHODS}, got {self.recompute_method!r}",
+                             field="train_layout.recompute_method", fix="use uniform or block")
+        for name, default in (("recompute_method", "uniform"), ("recompute_num_layers", 1)):
+            if getattr(self, name) != default and self.recompute != "full":
+                raise RlsimError(f"{name} {getattr(self, name)!r} applies to recompute: full only (here "
+                                 f"{self.recompute})", field=f"train_layout.{name}",
+                                 fix=f"drop train_layout.{name}, or set train_layout.recompute to full")
+
+    def recomputed_layers(self, chunk_layers: int) -> int:
+        """Layers of a model chunk of `chunk_layers` layers whose forward the backward runs again: all of
+        them under full uniform, the first recompute_num_layers under full block, none otherwise (selective
+        recomputes a part of every layer: not counted here)."""
+        if self.recompute != "full":
+            return 0
+        if self.recompute_method == "block":
+            return min(chunk_layers, self.recompute_num_layers)
+        return chunk_layers
 
     @property
     def sp(self) -> bool:
@@ -281,6 +318,8 @@ class TrainLayout:
                 out[name] = getattr(self, name)
         if self.ulysses_sp:
             out["ulysses_sp"] = True
+        if self.recompute_method != "uniform" or self.recompute_num_layers != 1:
+            out.update(recompute_method=self.recompute_method, recompute_num_layers=self.recompute_num_layers)
         return out
 
     @classmethod
@@ -300,6 +339,8 @@ class TrainLayout:
                 value = tuple(str(v) for v in value)
             elif key == "recompute":
                 value = "none" if value in (False, None) else str(value).lower()
+            elif key == "recompute_method" and isinstance(value, str):
+                value = value.lower()
             elif key in _OPTIONAL_COUNTS and \
                     (value is None or str(value).lower() in ("auto", "none")):
                 value = None

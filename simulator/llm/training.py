@@ -917,16 +917,20 @@ class _StageArrays:
 
 
 @lru_cache(maxsize=256)
-def _chunk_shapes(model: Any, layout: TrainLayout) -> tuple[tuple[LayerShape, ...], tuple[tuple[tuple[int, int], ...], ...]]:
-    """The distinct layer shapes of `model` and, per virtual stage, (shape index, layer count) in
-    first-seen order: a stage's layers of one shape cost the same, so each is computed once."""
+def _chunk_shapes(model: Any, layout: TrainLayout
+                  ) -> tuple[tuple[LayerShape, ...], tuple[tuple[tuple[tuple[int, str], int], ...], ...]]:
+    """The distinct layer shapes of `model` and, per virtual stage, ((shape index, recompute mode), layer
+    count) in first-seen order: a stage's layers of one shape and mode cost the same, so each is computed
+    once. The mode is the layout's recompute, but "none" for the layers past the first recompute_num_layers
+    of a chunk under full block recompute (TrainLayout.recomputed_layers)."""
     shapes = layer_shapes(model)
     distinct: dict[int, int] = {}
     unique: list[LayerShape] = []
     out = []
     for chunk in layout_stage_layers(int(model.num_layers), layout):
-        counts: dict[int, int] = {}
-        for i in chunk:
+        counts: dict[tuple[int, str], int] = {}
+        recomputed = layout.recomputed_layers(len(chunk)) if layout.recompute == "full" else len(chunk)
+        for k, i in enumerate(chunk):
             lay = shapes[i]
             u = distinct.get(id(lay))
             if u is None:
@@ -935,7 +939,8 @@ def _chunk_shapes(model: Any, layout: TrainLayout) -> tuple[tuple[LayerShape, ..
                     unique.append(lay)
                     u = len(unique) - 1
                 distinct[id(lay)] = u
-            counts[u] = counts.get(u, 0) + 1
+            mode = layout.recompute if k < recomputed else "none"
+            counts[(u, mode)] = counts.get((u, mode), 0) + 1
         out.append(tuple(counts.items()))
     return tuple(unique), tuple(out)
 
@@ -967,8 +972,8 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
     for j in range(n_v):
         stage = j % pp
         state: np.ndarray | None = None
-        for u, count in chunk_counts[j]:
-            add = adds.get((u, stage))
+        for (u, mode), count in chunk_counts[j]:
+            add = adds.get((u, mode, stage))
             if add is None:
                 # Stages whose groups see the same network (equal group signatures: every collective
                 # costs the same) share the addends; the layer's cost depends on the stage only so.
@@ -977,10 +982,10 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                     key = stage_keys[stage] = tuple(comm.group_key(g[stage]) for g in
                                                     (groups.tp, groups.cp, groups.ep, groups.dp, groups.edp,
                                                      groups.etp or groups.tp, groups.tp_ep or groups.ep))
-                fingerprint = (u, key)
+                fingerprint = (u, mode, key)
                 add = same_comm.get(fingerprint)
                 if add is not None:
-                    adds[(u, stage)] = add
+                    adds[(u, mode, stage)] = add
             if add is None:
                 lay = unique[u]
                 t = times.get(u)
@@ -993,8 +998,8 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                     lay, tokens_local, tp=layout.tp, ep=layout.ep, rates=rates, params=params.compute,
                     etp=layout.expert_tp))
                 lc = _layer_cost(lay, t, model, layout, tokens_local, groups, stage, comm, params, userbuffers, once)
-                a1, a2 = _layer_addends(lc, layout.recompute, n_rows, n_m)
-                add = adds[(u, stage)] = same_comm[fingerprint] = (a1, a2, [np.zeros((n_rows, n_m))])
+                a1, a2 = _layer_addends(lc, mode, n_rows, n_m)
+                add = adds[(u, mode, stage)] = same_comm[fingerprint] = (a1, a2, [np.zeros((n_rows, n_m))])
             a1, a2, partial = add
             if state is None:  # the chunk's first shape: reuse the partial sums over k layers
                 while len(partial) <= count:
@@ -1430,7 +1435,7 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     # FLOPs: model FLOPs (PaLM 6N + attention, formulas.md) and the recomputed forward on top.
     lengths = seqs.astype(float)
     model_flops = _model_flops(model, lengths)
-    hardware_flops = model_flops + _recompute_flops(model, layout.recompute, lengths)
+    hardware_flops = model_flops + _recompute_flops(model, layout, lengths)
     n_dev = layout.devices
     peak = _mean_peak(topology, ranks, params, rates.peak_flops)
     return TrainStepCost(
@@ -1555,22 +1560,29 @@ def _model_flops(model: Any, lengths: np.ndarray) -> float:
     return _per_sequence_flops(model.train_flops_per_token, lengths, model)
 
 
-def _recompute_flops(model: Any, recompute: str, lengths: np.ndarray) -> float:
-    """Recomputed forward FLOPs: full = every layer's forward; selective = the attention core."""
-    if recompute == "none":
+def _recompute_flops(model: Any, layout: TrainLayout, lengths: np.ndarray) -> float:
+    """Recomputed forward FLOPs: full = the recomputed layers' forward (every layer under uniform, the
+    first recompute_num_layers of each model chunk under block); selective = the attention core."""
+    if layout.recompute == "none":
         return 0.0
-    matmul, attn_per_sq = _recompute_coefficients(model)
+    block = layout.recompute_num_layers if layout.recompute_method == "block" else None
+    chunks = layout_stage_layers(int(model.num_layers), layout) if block is not None else None
+    matmul, attn_per_sq = _recompute_coefficients(model, None if chunks is None else
+                                                  tuple(i for chunk in chunks for i in chunk[:block]))
     tokens, sq = float(lengths.sum()), float(np.sum(model.windowed_sq(lengths)))
     attn = attn_per_sq * sq
-    if recompute == "selective":
+    if layout.recompute == "selective":
         return attn
     return matmul * tokens + attn
 
 
 @lru_cache(maxsize=256)
-def _recompute_coefficients(model: Any) -> tuple[float, float]:
-    """(forward matmul FLOPs per token, attention FLOPs per squared length) summed over layers."""
+def _recompute_coefficients(model: Any, layers: tuple[int, ...] | None = None) -> tuple[float, float]:
+    """(forward matmul FLOPs per token, attention FLOPs per squared length) summed over the layers
+    (indices; None: all of them)."""
     shapes = layer_shapes(model)
+    if layers is not None:
+        shapes = [shapes[i] for i in layers]
     return (sum(lay.matmul_flops_per_token() + lay.ssm_flops_per_token for lay in shapes),
             sum(lay.attention_flops_per_token(1.0) for lay in shapes))
 

@@ -791,7 +791,8 @@ VERL_FULL_RECOMPUTE = "actor_rollout_ref.actor.megatron.override_transformer_con
 def test_verl_megatron_recompute_comes_from_the_transformer_config_overrides():
     """verl's megatron workers do not read the hf model's enable_gradient_checkpointing (its FSDP
     workers do): recompute_granularity null (verl's default) is none, full full (uniform), selective
-    the attention core; block recompute and modules other than core_attn are not modelled."""
+    the attention core (modules other than core_attn are not modelled); recompute_method and
+    recompute_num_layers map to train_layout's (uniform groups, block's first layers of each chunk)."""
     cfg = EXAMPLES / "verl-grpo-qwen2.5-7b.yaml"
     megatron = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4"]
     t = "actor_rollout_ref.actor.megatron.override_transformer_config"
@@ -802,8 +803,21 @@ def test_verl_megatron_recompute_comes_from_the_transformer_config_overrides():
                                        f"+{t}.recompute_num_layers=1", f"+{t}.recompute_modules=[core_attn]"])
     assert full.scenario["workload"]["train_layout"]["recompute"] == "full"
     assert f"{t}.recompute_method" in full.mapped and "selective only" in full.ignored[f"{t}.recompute_modules"]
-    block = import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=full", f"+{t}.recompute_method=block"])
-    assert "block" in block.unsupported[f"{t}.recompute_method"]
+    assert {"recompute_method", "recompute_num_layers"}.isdisjoint(full.scenario["workload"]["train_layout"])
+    block = import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=full", f"+{t}.recompute_method=block",
+                                        f"+{t}.recompute_num_layers=3"])
+    layout = block.scenario["workload"]["train_layout"]
+    assert (layout["recompute"], layout["recompute_method"], layout["recompute_num_layers"]) == ("full", "block", 3)
+    assert f"{t}.recompute_method" in block.mapped and f"{t}.recompute_num_layers" in block.mapped
+    uniform = import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=full",
+                                          f"+{t}.recompute_method=uniform", f"+{t}.recompute_num_layers=4"])
+    assert uniform.scenario["workload"]["train_layout"]["recompute_num_layers"] == 4
+    ignored = import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=selective",
+                                          f"+{t}.recompute_method=block", f"+{t}.recompute_num_layers=3"])
+    assert "recompute_num_layers" not in ignored.scenario["workload"]["train_layout"]
+    assert "full only" in ignored.ignored[f"{t}.recompute_method"]
+    with pytest.raises(RlsimError, match="recompute_method"):
+        import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=full", f"+{t}.recompute_method=bogus"])
     selective = import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=selective",
                                             f"+{t}.recompute_modules=[core_attn,mlp]"])
     assert selective.scenario["workload"]["train_layout"]["recompute"] == "selective"
