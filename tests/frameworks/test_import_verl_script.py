@@ -7,6 +7,7 @@ import yaml
 
 from simulator.errors import RlsimError
 from simulator.frameworks import import_config
+from simulator.frameworks.common import unflatten
 
 OVERRIDES = {
     "algorithm.adv_estimator": "grpo",
@@ -26,17 +27,6 @@ OVERRIDES = {
     "trainer.n_gpus_per_node": 8,
     "trainer.nnodes": 2,
 }
-
-
-def _nested(flat: dict) -> dict:
-    out: dict = {}
-    for key, value in flat.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
 
 
 def _script(tmp_path, body: str):
@@ -59,7 +49,7 @@ def _script_of(overrides: dict) -> str:
 
 def test_a_launch_script_imports_as_a_yaml_of_its_overrides(tmp_path):
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(_nested({**OVERRIDES, "trainer.total_epochs": 15})))
+    config.write_text(yaml.safe_dump(unflatten({**OVERRIDES, "trainer.total_epochs": 15})))
     script = _script(tmp_path, _script_of(OVERRIDES))
     from_yaml, from_script = import_config("verl", config), import_config("verl", script)
     def named_apart(scenario: dict) -> dict:   # the workload is named after its file

@@ -27,11 +27,12 @@ from simulator.llm.training import (
 from simulator.network.collectives import CollectiveModel
 from simulator.params import CommParams, ComputeParams
 from simulator.scenario import load_scenario
+from tests.llm.test_moe_token_dispatcher import _LinearNet as LinearNet
+from tests.llm.test_moe_token_dispatcher import _one
 
 QWEN_MOE = load_model("qwen3-30b-a3b")   # hidden 2048, top-8 of 128 experts, no routing groups
 DEEPSEEK = load_model("deepseek-v3")      # hidden 7168, top-8 of 256 experts in the top 4 of 8 groups
 TOKENS = 4096.0
-LATENCY, RATE = 1e-5, 1e11
 FIELD = "workload.train_params.comm.moe_token_dispatcher"
 
 
@@ -83,20 +84,13 @@ def test_closed_forms_without_and_with_node_limited_routing() -> None:
         0.5 + 0.5 * math.comb(124, 8) / math.comb(128, 8), rel=1e-12)
 
 
-class _LinearNet:
-    """Every collective costs LATENCY + bytes / RATE whatever its group, on a real topology's domains."""
+class _LinearNet(LinearNet):
+    """Every collective costs LATENCY + bytes / RATE whatever its group (test_moe_token_dispatcher's
+    network), on a real topology's domains."""
 
     def __init__(self, nodes: int) -> None:
+        super().__init__()
         self.topology = load_topology({"preset": "dgx-h100", "nodes": nodes})
-        self.calls: list[tuple[str, tuple[int, ...], float]] = []
-
-    def cost(self, op, ranks, nbytes):
-        self.calls.append((op, tuple(ranks), float(nbytes)))
-        return type("Cost", (), {"time_s": LATENCY + nbytes / RATE})()
-
-
-def _one(nbytes: float) -> float:
-    return LATENCY + nbytes / RATE
 
 
 def _layer(model, layout: TrainLayout, n_devices: int, dispatcher: str, net, imbalance: float = 1.0,
