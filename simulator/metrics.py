@@ -232,7 +232,8 @@ def rollout_counts(rec: RunRecord, generated_tokens: float = 0.0) -> dict[str, i
     running sample of its prompt held them in the prefix cache (prompt_hit_tokens); multi-turn, the
     context tokens samples left cached while out on their tools (retained_context_tokens), of those
     evicted (evicted_context_tokens), and the evicted ones a returning turn prefilled again
-    (eviction_reprefill_tokens). None for each where the run generated without its engines
+    (eviction_reprefill_tokens); the context (prompt + tokens generated before) a resumed partial
+    rollout prefilled again (resume_reprefill_tokens). None for each where the run generated without its engines
     counting (not measured, rather than 0)."""
     r = rec.rollout or {}
     if generated_tokens > 0 and any(key not in r for key in ENGINE_COUNTERS):

@@ -985,6 +985,7 @@ ENGINE_COUNTERS = {
     "retained_context_tokens": "retained_tokens",                  # multi-turn: freed contexts kept evictable
     "evicted_context_tokens": "evicted_tokens",                    # of those, evicted
     "eviction_reprefill_tokens": "reprefilled_tokens",             # evicted tokens a returning sample prefilled again
+    "resume_reprefill_tokens": "resumed_tokens",                   # a resumed partial rollout's context, prefilled again
 }
 
 
@@ -1051,6 +1052,10 @@ class RolloutEngine:
         self.prefilled_tokens = 0      # tokens computed by prefills (admissions), in all
         self.prompt_hit_tokens = 0     # prompt tokens admissions did not compute: a running sibling held them (_share)
         self.preempted_tokens = 0      # contexts (prompt + generated) of preempted sequences then: prefilled again
+        # slots added with tokens generated before (a partial rollout resumed: add(..., generated)) not yet
+        # admitted; their first admission's computed tokens are resumed_tokens (a preempted slot's are not)
+        self._resuming: set[int] = set()
+        self.resumed_tokens = 0        # tokens resumed sequences' first admissions computed (prompt + generated, less cache hits)
         self._arrays: tuple[list[int], tuple[np.ndarray, ...]] | None = None   # _record_arrays
         self._added: tuple[list[int], np.ndarray, tuple[int, int, int, float] | None] | None = None   # _as_added
         # Engine state at the current step boundary.
@@ -1158,6 +1163,8 @@ class RolloutEngine:
         if kept is not None:
             self._keep(kept, p + g, first)
         self._g.extend([0] * len(ids) if generated is None else g.tolist())
+        if generated is not None and g.any():
+            self._resuming.update((first + np.flatnonzero(g)).tolist())
         self._sadm.extend([0] * len(ids))
         self._state.extend([_WAITING] * len(ids))
         self._epoch.extend([0] * len(ids))
@@ -1326,6 +1333,7 @@ class RolloutEngine:
         self._stack.clear()
         self._waiting.clear()
         self._kept.clear()
+        self._resuming = set()
         if self._lru is not None:   # new weights: the freed contexts' cache is stale
             self._lru.clear()
             self._gone.clear()
@@ -1353,7 +1361,7 @@ class RolloutEngine:
         new = object.__new__(RolloutEngine)
         new.__dict__.update(self.__dict__)
         new._owner = object()   # the slot map's dict stays this engine's to extend
-        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack", "_kept", "_share_of"):
+        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack", "_kept", "_share_of", "_resuming"):
             setattr(new, name, getattr(self, name).copy())
         new._share_sets = {key: members.copy() for key, members in self._share_sets.items()}
         new._share_cached = {key: cached.copy() for key, cached in self._share_cached.items()}
@@ -1842,6 +1850,9 @@ class RolloutEngine:
                 self.prompt_hit_tokens += ctx - pieces[-1][0]
             else:
                 pieces.append((ctx, ctx * (ctx + 1) / 2.0))
+            if self._resuming and slot in self._resuming:   # a resumed partial rollout's first admission
+                self._resuming.discard(slot)
+                self.resumed_tokens += pieces[-1][0]
             if key is not None:
                 self._share(slot, key)
             state[slot] = _RUNNING
@@ -2389,8 +2400,9 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
     total = len(ev.steps)
     pre = np.zeros(total)
     has = ev.admitted > 0
-    tokens, pairs, hit_tokens = _prefill_work(cost, ctx, p_jobs, job_event, total,
-                                              _prefix_hits(engines, walks, groups, jobs, fin_slots, job_event, fin_event))
+    hits = _prefix_hits(engines, walks, groups, jobs, fin_slots, job_event, fin_event)
+    tokens, pairs, hit_tokens = _prefill_work(cost, ctx, p_jobs, job_event, total, hits)
+    resumed = _resumed_work(engines, walks, ctx, p_jobs, hits, job_event, total)
     if has.sum() <= _SCALAR_PREFILLS:   # a few: prefill_s itself, cheaper than the array form
         pre[has] = [cost.prefill_s(t, a, k) for t, a, k in
                     zip(tokens[has].tolist(), pairs[has].tolist(), ev.admitted[has].tolist(), strict=True)]
@@ -2433,8 +2445,12 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
         engine.generated_tokens += mades[e]
         trace.base_counts = engine.counts()   # before the run (its admissions count below)
         trace.prefilled, trace.hit = tokens[a:b], None if hit_tokens is None else hit_tokens[a:b]
+        trace.resumed = None if resumed is None else resumed[a:b]
         engine.prefilled_tokens += int(trace.prefilled.sum())
         engine.prompt_hit_tokens += 0 if trace.hit is None else int(trace.hit.sum())
+        if engine._resuming:   # the run admits every waiting slot (rebound: a kept start holds the set)
+            engine.resumed_tokens += int(trace.resumed.sum())
+            engine._resuming = set()
         trace.time, trace.end = time[a:b], end[a:b]
         trace.fin_event, trace.out_time, trace.out_ids = fin_event[fa:fb] - a, out_time[fa:fb], out_ids[fa:fb]
         if outbox:   # else the caller takes the finishes from scatter()
@@ -2447,6 +2463,19 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
         trace.walk, trace.job_event, trace.g = walk, job_event[job_at[e]:job_at[e + 1]] - a, gs[e]
         trace.slots = walk.waiting if not walk.start_running else \
             np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), walk.waiting])
+
+
+def _resumed_work(engines: list[RolloutEngine], walks: list[_Walk], ctx: np.ndarray, p: np.ndarray,
+                  hits: np.ndarray | None, job_event: np.ndarray, events: int) -> np.ndarray | None:
+    """The tokens each of the ``events`` events' prefill computed for resumed partial rollouts (the
+    waiting jobs that are slots in their engine's _resuming: _admit's resumed_tokens), a prefix hit
+    computing only what it does not hit; None where no engine has such a slot."""
+    if not any(engine._resuming for engine in engines):
+        return None
+    flag = _joined([np.isin(walk.waiting, np.fromiter(engine._resuming, np.int64, len(engine._resuming)))
+                    for engine, walk in zip(engines, walks, strict=True)])
+    own = ctx if hits is None else np.where(hits, ctx - np.minimum(p, ctx - 1), ctx)
+    return _sums_by(np.where(flag, own, 0), job_event, events).astype(np.int64)
 
 
 def _prefill_work(cost: StepCost, ctx: np.ndarray, p: np.ndarray, job_event: np.ndarray, events: int,
@@ -2518,6 +2547,7 @@ class _RunTrace:
         self.base_counts: dict[str, int] = no_counts()
         self.prefilled: np.ndarray = np.zeros(0, np.int64)
         self.hit: np.ndarray | None = None
+        self.resumed: np.ndarray | None = None   # each event's tokens of resumed partial rollouts (None: none)
 
     def scatter(self, finish_s: np.ndarray) -> None:
         """finish_s[seq_id] = finish time of every sequence the run finished."""
@@ -2526,12 +2556,14 @@ class _RunTrace:
     def counts_at(self, now: float) -> dict[str, int]:
         """The engine's counts (RolloutEngine.counts) after the events up to ``now``, inclusive, as
         the event loop run to ``now`` leaves them: an event's admissions count at its time (their
-        prefill starts then). An array run neither preempts nor evicts: prefills and hits only."""
+        prefill starts then). An array run neither preempts nor evicts: prefills, hits and resumptions only."""
         counts = dict(self.base_counts)
         last = int(np.searchsorted(self.time, now, side="right"))
         counts["prefilled_tokens"] += int(self.prefilled[:last].sum())
         if self.hit is not None:
             counts["prompt_hit_tokens"] += int(self.hit[:last].sum())
+        if self.resumed is not None:
+            counts["resume_reprefill_tokens"] += int(self.resumed[:last].sum())
         return counts
 
     # -- an interrupt at `now`, from the arrays ------------------------------------------------------
@@ -2722,6 +2754,7 @@ class _UntouchedStart:
         new._g, new._sadm, new._state, new._epoch = (attrs[name][:slots] for name in ("_g", "_sadm", "_state", "_epoch"))
         new._heap, new._stack = [], []
         new._waiting, new._outbox = deque(range(slots)), deque()
+        new._resuming = set(attrs["_resuming"])   # (the event loop takes slots out of its own)
         return new
 
 

@@ -79,7 +79,8 @@ def engine_count_rows(rollout: dict[str, Any]) -> list[tuple[str, str]]:
     """The run table's rows of the engines' counts that explain rollout time (docs/schedules.md "Long
     tail and rollout occupancy"), each only where it happened: preemptions with the contexts they
     prefilled again, the prefix cache's prompt hits with the prefill tokens in all, multi-turn
-    contexts evicted while out on their tools and those prefilled again. Labels within 37 characters
+    contexts evicted while out on their tools and those prefilled again, the contexts resumed partial
+    rollouts prefilled again. Labels within 37 characters
     and values within 36, as the other rows: an 80-column terminal shows each on one line."""
     rows = []
     preempted = _count(rollout, "preemptions")
@@ -93,6 +94,9 @@ def engine_count_rows(rollout: dict[str, Any]) -> list[tuple[str, str]]:
     evicted, again = _count(rollout, "evicted_context_tokens"), _count(rollout, "eviction_reprefill_tokens")
     if evicted or again:
         rows.append(("contexts evicted / re-prefilled", f"{evicted:,} / {again:,} tokens"))
+    resumed = _count(rollout, "resume_reprefill_tokens")
+    if resumed:
+        rows.append(("resumed partial rollouts re-prefilled", f"{resumed:,} tokens"))
     return rows
 
 
@@ -169,7 +173,8 @@ def shown_causes(rows: list[dict[str, Any]]) -> list[str]:
 def _add_engine_count_rows(t: Table, rollouts: list[dict[str, Any]]) -> None:
     """The comparison's rows of the engines' counts (engine_count_rows), each where any run has it:
     preemptions, the prefix cache's share of the prefill tokens, multi-turn tokens re-prefilled after
-    an eviction; '-' where a run has no hit, or the count is not measured."""
+    an eviction, resumed partial rollouts' re-prefill; '-' where a run has no hit, or the count is not
+    measured."""
     def counted(key: str) -> list[str]:
         return ["-" if r.get(key) is None else f"{r[key]:,}" for r in rollouts]
 
@@ -180,6 +185,8 @@ def _add_engine_count_rows(t: Table, rollouts: list[dict[str, Any]]) -> None:
         t.add_row("prefill hit in prefix cache", *["-" if share is None else f"{share:.1%}" for share in shares])
     if any(_count(r, "evicted_context_tokens") or _count(r, "eviction_reprefill_tokens") for r in rollouts):
         t.add_row("contexts re-prefilled (tokens)", *counted("eviction_reprefill_tokens"))
+    if any(_count(r, "resume_reprefill_tokens") for r in rollouts):
+        t.add_row("resumed re-prefilled (tokens)", *counted("resume_reprefill_tokens"))
 
 
 def print_comparison(rows: list[dict[str, Any]]) -> None:

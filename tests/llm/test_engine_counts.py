@@ -78,3 +78,46 @@ def test_counts_at_a_time_are_a_fresh_engines_run_to_then(monkeypatch, every):
             fresh.advance_to(now)
             assert run.counts_at(now) == fresh.counts(), now
         assert run.counts_at(times[-1]) == whole
+
+
+@pytest.mark.parametrize("path", ["events", "arrays"])
+def test_a_resumed_partial_rollout_counts_its_context_prefilled_again(monkeypatch, path):
+    """Sequences added with tokens generated before (a partial rollout resumed: add(..., generated))
+    prefill prompt + generated at their first admission: resume_reprefill_tokens is that sum; fresh
+    ones count none. On both engine paths, and counts_at of a ResumableRun at every event agrees with
+    a fresh engine advanced to then."""
+    monkeypatch.setattr(inference, "FAST_RUN_MIN_SEQUENCES", 10**9 if path == "events" else 1)
+    prompts, responses, generated = [300, 200, 500, 120], [400, 90, 700, 60], [0, 30, 250, 0]
+
+    def build() -> RolloutEngine:
+        engine = RolloutEngine(QWEN, _tiny_kv_device(60000), RolloutLayout(max_num_seqs=8))
+        engine.add_many(range(4), prompts, responses, 0.0, generated)
+        return engine
+    engine = build()
+    assert engine._fast_ok() is (path == "arrays")
+    run = ResumableRun(engine, 1)
+    times = sorted({t for _, t in run.run()})
+    counts = engine.counts()
+    assert counts["resume_reprefill_tokens"] == (200 + 30) + (500 + 250)
+    assert counts["prefilled_tokens"] == sum(prompts) + sum(generated)
+    for now in [0.0, *times]:
+        fresh = build()
+        fresh.advance_to(now)
+        assert run.counts_at(now) == fresh.counts(), now
+
+
+def test_a_preempted_sequence_is_not_a_resumed_one_and_an_interrupt_forgets_the_resumption():
+    """The preemption of the first test counts as a preemption only (its re-admission is not a
+    resumption); a resumed sequence still waiting at an interrupt leaves nothing to count after it."""
+    engine = RolloutEngine(QWEN, _tiny_kv_device(3000), RolloutLayout(max_num_seqs=4))
+    prompt = engine.capacity // 4
+    engine.add_many(range(2), [prompt] * 2, [engine.capacity - prompt - 10] * 2, 0.0)
+    engine.run()
+    assert engine.counts()["preemptions"] == 1 and engine.counts()["resume_reprefill_tokens"] == 0
+    waiting = RolloutEngine(QWEN, _tiny_kv_device(60000), RolloutLayout(max_num_seqs=1))
+    waiting.add_many(range(2), [100, 100], [50, 50], 0.0, [0, 20])
+    waiting.advance_to(1e-9)                          # the first admitted, the resumed one waits
+    waiting.interrupt(1e-9)
+    assert not waiting._resuming
+    waiting.run()
+    assert waiting.counts()["resume_reprefill_tokens"] == 0

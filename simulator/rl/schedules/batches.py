@@ -166,6 +166,12 @@ class GenPlan:
         started = ~cut | (generated > 0)
         return self.flops * ((float(prefill[started].sum()) + float(generated.sum())) / planned)
 
+    def flops_per_token(self) -> float:
+        """The plan's FLOPs per token computed: flops / (prefills + seg), the costs' per-token law at
+        the run's mean context (LlmCosts._rollout_inputs); 0 for a plan of no tokens."""
+        planned = float(self.prefill_tokens().sum()) + float(self.seg.sum())
+        return self.flops / planned if planned > 0 else 0.0
+
     def engine_run(self) -> tuple[RootRun, np.ndarray]:
         """(the engine run this plan is a stretch of, this plan's rows in it)."""
         if self.root is not None and self.root_rows is not None:

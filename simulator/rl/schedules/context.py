@@ -55,6 +55,8 @@ class RunRecord:
     trainer_paths: list = field(default_factory=list)
     phase_peak_bytes: dict[str, float] = field(default_factory=dict)   # RunTotals.phase_peak_bytes
     switch_parts_s: dict[str, float] = field(default_factory=dict)     # RunTotals.switch_parts_s
+    # generation's hardware FLOPs: gen_flops (model FLOPs) and every re-prefill (RunTotals.gen_hardware_flops)
+    gen_hardware_flops: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ class Context:
                          self.queue.stats(makespan), totals.switch_bytes, self.costs.peak_flops,
                          self.costs.train_flops_per_token(self._mean_len()), dict(totals.rollout),
                          self.start_s, list(self.failures), dict(self.extra), self.online, self.trainer_paths,
-                         dict(totals.phase_peak_bytes), dict(totals.switch_parts_s))
+                         dict(totals.phase_peak_bytes), dict(totals.switch_parts_s), totals.gen_hardware_flops)
 
     def _record_served(self, served: Pool, makespan: float) -> None:
         """A served pool's busy stretches up to the run's end (state forward, label its role: its

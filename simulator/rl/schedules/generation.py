@@ -10,6 +10,7 @@ from ..costs import Ranks
 from ..distqueue import payload_bytes_each
 from ..timeline import contiguous_runs
 from .batches import GenPlan, RootRun, SeqBatch, prefix_groups
+from .generation_flops import RESUME_KEY, charged_flops, resumed_prefill
 from .rewards import rule_rewards_ready
 from .served import served_scored, teacher_scored, with_teacher_payload
 from .staleness import TIME_TOL_S
@@ -176,9 +177,8 @@ class Generation:
         gen_tokens = whole if cut is None else np.concatenate(parts)
         sums = []
         for plan, (a, b), end, top, part in zip(plans, spans, ends, maxima, parts, strict=True):
-            totals.gen_flops += plan.flops_through(part, cut[a:b] if end < top else None)
+            self._charge(plan, part, cut[a:b] if end < top else None, end)
             self._account_slots(held[a:b], end)
-            self._account_counts(plan, end)
             sums.append(float(part.sum()))
             totals.generated_tokens += sums[-1]
         finished = seg >= np.concatenate([plan.remaining for plan in plans])
@@ -207,7 +207,6 @@ class Generation:
         if not len(seqs):
             return (plan.t0, SeqBatch.empty(), 0.0), None
         end, aborted = self._overprovision_cut(plan)
-        self._account_counts(plan, stop_s if stop_s is not None and stop_s < end else end)
         cut = aborted          # None: no sequence cut (none aborted, none interrupted)
         if stop_s is not None and stop_s < end:
             end = stop_s
@@ -216,7 +215,7 @@ class Generation:
         else:                  # every finish is at or before the end: min(finish, end) is finish
             self._account_slots(plan.finish if aborted is None else np.minimum(plan.finish, end), end)
         gen_tokens = self.tokens_by(plan, cut, end)
-        totals.gen_flops += plan.flops_through(gen_tokens, cut)
+        self._charge(plan, gen_tokens, cut, end)
         finished = plan.seg >= plan.remaining
         if cut is not None:
             finished = (finished & ~cut) | aborted if aborted is not None else finished & ~cut
@@ -345,15 +344,22 @@ class Generation:
                                                   response_len[lo:hi], plan.t0 + end)
         return ready
 
-    def _account_counts(self, plan: GenPlan, end: float) -> None:
+    def _charge(self, plan: GenPlan, generated: np.ndarray, cut: np.ndarray | None, end: float) -> None:
         """Add what the plan's engines did through ``end`` (s from its t0) beside their time
-        (RolloutOutcome.counts) to the run's rollout totals; nothing where the costs do not count."""
+        (RolloutOutcome.counts; nothing where the costs do not count) to the run's rollout totals, the
+        resumed sequences' re-prefill among them (its engine took them as prompts), and the FLOPs
+        they computed through the commit leaving ``generated`` tokens, ``cut`` those stopped, to the
+        run's generation FLOPs (generation_flops.charged_flops)."""
         counts = plan_counts(plan, end)
+        totals = self.ctx.totals
+        model, hardware = charged_flops(plan, generated, cut, counts, self.costs.rollout_flops_per_token)
+        totals.gen_flops += model
+        totals.gen_hardware_flops += hardware
         if counts is None:
             return
-        totals = self.ctx.totals.rollout
+        counts[RESUME_KEY] = counts.get(RESUME_KEY, 0) + resumed_prefill(plan, generated, cut)
         for key, value in counts.items():
-            totals[key] = totals.get(key, 0) + value
+            totals.rollout[key] = totals.rollout.get(key, 0) + value
 
     def _account_slots(self, finish: np.ndarray, end: float) -> None:
         """Occupied batch slots of one instance over [0, end]: FIFO admission keeps

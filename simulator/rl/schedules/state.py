@@ -21,7 +21,12 @@ from .reward_pool import RewardPool
 class RunTotals:
     """What a run adds up as it goes (a failure roll-back restores a copy)."""
     flops: float = 0.0
+    # generation's model FLOPs (the summary's mfu: each prompt prefilled once where the prefix cache
+    # shared it, each generated token once) and its hardware FLOPs (those and every re-prefill the
+    # engines did: after a preemption, a multi-turn eviction, a partial rollout's resumption);
+    # docs/schedules.md "MFU", generation_flops.py
     gen_flops: float = 0.0
+    gen_hardware_flops: float = 0.0
     generated_tokens: float = 0.0
     peak_memory_bytes: float = 0.0
     # the peak per device by phase: train (training and forward passes) and rollout (the engine's

@@ -32,6 +32,7 @@ from ..distqueue import payload_bytes_each
 from ..timeline import GroupClock
 from .batches import SeqBatch
 from .context import Context
+from .generation_flops import request_fed_flops
 from .rewards import rule_rewards_ready
 from .served import served_scored, teacher_scored, with_teacher_payload
 from .training import NO_OLD_LOG_PROB  # fully async trains on the rollout's log-probs
@@ -129,6 +130,9 @@ class Rollouter:
         self.drained = self.env.event()
         self.partial_count = 0
         self.max_partial_span = 0
+        # what _complete charged generation: FLOPs, tokens and of them prompt tokens (_count_engines
+        # corrects the FLOPs by the engines' counts at the run's end: generation_flops.request_fed_flops)
+        self.charged_flops = self.charged_tokens = self.charged_prompt_tokens = 0.0
 
     def in_flight(self) -> list[PromptGroup]:
         """Groups started and not finished: on a server or aborted and waiting to resume."""
@@ -270,7 +274,11 @@ class Rollouter:
         ctx.queue.write(with_teacher_payload(ctx, payload_bytes_each(lens, ctx.sched.distqueue, pad_len=ctx.pad_len), lens),
                         np.full(len(seqs), t + reward_s))
         tokens = float(lens.sum())
-        ctx.totals.gen_flops += tokens * ctx.costs.rollout_flops_per_token(float(lens.mean()) / 2)   # as rollout() counts
+        flops = tokens * ctx.costs.rollout_flops_per_token(float(lens.mean()) / 2)   # as rollout() counts
+        ctx.totals.gen_flops += flops
+        self.charged_flops += flops
+        self.charged_tokens += tokens
+        self.charged_prompt_tokens += float(seqs.prompt_len.sum())
         ctx.totals.generated_tokens += float(seqs.target_len.sum())
         accepted = not (seqs.drop_reason != "").any()
         self._group_done(accepted)
@@ -379,11 +387,17 @@ class VerlFullyAsyncRun:
 
     def _count_engines(self, ctx: Context) -> None:
         """What every server's engine did by the run's end beside its time (RolloutServer.counts: the
-        events each ran up to the last time the run advanced it) into the run's rollout totals."""
+        events each ran up to the last time the run advanced it) into the run's rollout totals, and
+        the generation FLOPs the completed groups were charged corrected by them (model and hardware)."""
         totals = ctx.totals.rollout
-        for key, value in summed_counts(self.rollouter.servers).items():
+        counts = summed_counts(self.rollouter.servers)
+        for key, value in counts.items():
             totals[key] = totals.get(key, 0) + value
-
+        r = self.rollouter
+        model, hardware = request_fed_flops(r.charged_flops, r.charged_tokens, r.charged_prompt_tokens, counts,
+                                            ctx.costs.rollout_flops_per_token)
+        ctx.totals.gen_flops += model - r.charged_flops
+        ctx.totals.gen_hardware_flops += hardware
     def _report_into(self, ctx: Context) -> None:
         """The framework's own quantities into the run's extras."""
         ctx.extra["verl"] = self._report()

@@ -130,7 +130,14 @@ def test_a_runs_generation_flops_are_the_tokens_its_engines_computed(monkeypatch
     assert sum(seen) > 0 or (sm["first_version"] < sm["version"]).any() \
         or (sm["generated_tokens"] < sm["response_len"]).any()
     in_flight = summary["samples_in_flight"]
-    computed = _computed_tokens(sm, sum(seen), 100 * in_flight["trajectories"] + in_flight["generated_tokens"])
-    assert rec.gen_flops <= RATE * computed * (1 + 1e-12)
+    in_flight_tokens = 100 * in_flight["trajectories"] + in_flight["generated_tokens"]
+    computed = _computed_tokens(sm, sum(seen), in_flight_tokens)
+    assert rec.gen_hardware_flops <= RATE * computed * (1 + 1e-12)
     # what no commit reached (plans running at the run's end) is charged nowhere
-    assert rec.gen_flops >= RATE * _computed_tokens(sm, sum(seen)) * (1 - 1e-12)
+    assert rec.gen_hardware_flops >= RATE * _computed_tokens(sm, sum(seen)) * (1 - 1e-12)
+    # model FLOPs (the mfu's): no re-prefill of a resumed sequence; the run's rollout counts them
+    assert RATE * _computed_tokens(sm, 0.0) * (1 - 1e-12) <= rec.gen_flops \
+        <= RATE * _computed_tokens(sm, 0.0, in_flight_tokens) * (1 + 1e-12)
+    resumed = summary["rollout"]["resume_reprefill_tokens"]
+    assert resumed <= sum(seen)
+    assert rec.gen_hardware_flops - rec.gen_flops == pytest.approx(RATE * resumed, rel=1e-9, abs=1.0)
