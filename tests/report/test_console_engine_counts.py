@@ -110,3 +110,10 @@ def test_a_tight_kv_pool_shows_its_preemptions_in_the_run_table(capsys, monkeypa
     console.print_summary(summary)
     out = capsys.readouterr().out
     assert f"{counts['preemptions']:,} ({counts['preemption_reprefill_tokens']:,} tokens)" in out
+
+
+def test_a_resumed_partial_rollouts_re_prefill_has_its_row():
+    zero = dict.fromkeys(ENGINE_COUNTERS, 0)
+    assert console.engine_count_rows({**zero, "resume_reprefill_tokens": 12_345}) == \
+        [("resumed partial rollouts re-prefilled", "12,345 tokens")]
+    assert all(len(label) <= 37 for label, _ in console.engine_count_rows({**zero, "resume_reprefill_tokens": 1}))

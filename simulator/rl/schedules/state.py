@@ -24,7 +24,7 @@ class RunTotals:
     # generation's model FLOPs (the summary's mfu: each prompt prefilled once where the prefix cache
     # shared it, each generated token once) and its hardware FLOPs (those and every re-prefill the
     # engines did: after a preemption, a multi-turn eviction, a partial rollout's resumption);
-    # docs/schedules.md "MFU", generation_flops.py
+    # docs/schedules.md "Generation FLOPs follow what the engines computed", generation_flops.py
     gen_flops: float = 0.0
     gen_hardware_flops: float = 0.0
     generated_tokens: float = 0.0
