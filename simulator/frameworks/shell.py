@@ -9,6 +9,7 @@ import ast
 import re
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RlsimError
@@ -16,17 +17,89 @@ from ..errors import RlsimError
 # Tokens that end the command (a pipe, a redirection, the next command of the line).
 SHELL_STOPS = {"&&", "||", ";", "|", "&"}
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+# What a comment may start after (bash: a `#` starting a word begins a comment).
+_WORD_BREAKS = " \t\n;&|()<>"
+# The start of a line that reads as a command's argument, not a command: a Hydra override of a dotted
+# key (``a.b=1``), ``+key`` / ``~key``, a ``--flag`` / ``-f``.
+_ARGUMENT = re.compile(r"(?:[+~]+[A-Za-z_]|--?[A-Za-z]|[A-Za-z_][\w-]*\.[\w.-]*=)")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def script_lines(path: str | Path, what: str, fix: str) -> list[str]:
-    """The script's lines, continuation lines joined; ``what`` / ``fix`` for the error of an
-    unreadable file."""
+    """The script's commands as bash reads them: continuation lines joined, comments left out (a
+    comment ends at its line's end, a trailing backslash in it included, so it ends a continued
+    command there), a quoted newline kept; ``what`` / ``fix`` for the error of an unreadable file. Lines
+    that a comment cut off its command (_refuse_orphaned_arguments) are an error."""
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise RlsimError(f"cannot read the {what}: {exc}", source=str(path), fix=fix) from None
-    return re.sub(r"\\\r?\n", " ", text).splitlines()
+    lines = _logical_lines(text.replace("\r\n", "\n"))
+    _refuse_orphaned_arguments(lines, str(path))
+    return [line.text for line in lines]
+
+
+@dataclass(frozen=True)
+class _LogicalLine:
+    """One command line of a script: its text, the number of its first physical line, and the number
+    of the line whose comment ended it where the command ran on past its first line (or the comment
+    swallowed a trailing backslash), else None."""
+    text: str
+    first: int
+    cut_by_comment: int | None
+
+
+def _logical_lines(text: str) -> list[_LogicalLine]:
+    """The text's command lines as bash reads them (script_lines)."""
+    lines: list[_LogicalLine] = []
+    buffer: list[str] = []
+    first = line = 1
+    quote, comment, i = "", None, 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and quote != "'" and text.startswith("\n", i + 1):   # a continuation: bash drops both
+            i, line = i + 2, line + 1
+            continue
+        if char == "\\" and quote != "'":
+            buffer.append(text[i:i + 2])
+            i += 2
+            continue
+        if char == "\n" and not quote:
+            lines.append(_LogicalLine("".join(buffer), first, comment))
+            buffer, comment, i = [], None, i + 1
+            first = line = line + 1
+            continue
+        if char == "#" and not quote and (not buffer or buffer[-1] in _WORD_BREAKS):
+            end = len(text) if text.find("\n", i) < 0 else text.find("\n", i)
+            cuts = "".join(buffer).strip() and (line > first or text[i:end].endswith("\\"))
+            comment, i = (line if cuts else None), end
+            continue
+        if char in "'\"" and quote in ("", char):
+            quote = "" if quote else char
+        line += char == "\n"
+        buffer.append(char)
+        i += 1
+    if buffer or comment:
+        lines.append(_LogicalLine("".join(buffer), first, comment))
+    return lines
+
+
+def _refuse_orphaned_arguments(lines: list[_LogicalLine], source: str) -> None:
+    """An error where a comment ended a continued command and the next non-blank line reads as its
+    arguments (a Hydra ``key.sub=value``, ``+key`` / ``~key``, a ``--flag``): bash would run that
+    line as a command of its own (`command not found`), the training command without them."""
+    for at, line in enumerate(lines):
+        if line.cut_by_comment is None:
+            continue
+        after = next((later for later in lines[at + 1:] if later.text.strip()), None)
+        if after is not None and _ARGUMENT.match(after.text.lstrip()):
+            word = after.text.split()[0]
+            raise RlsimError(
+                f"line {after.first} ({word!r} ...) is not an argument of the command above it: the comment on line "
+                f"{line.cut_by_comment} ends that command (bash ends a comment at its line's end, a trailing "
+                f"backslash included), so bash runs line {after.first} as a command of its own", source=source,
+                fix=f"remove the comment on line {line.cut_by_comment} or move it out of the continued command "
+                    "(above it)")
 
 
 def note_assignment(line: str, variables: dict[str, str]) -> None:
@@ -40,7 +113,7 @@ def split_line(line: str, variables: Mapping[str, str], source: str, command: st
     """The line's tokens as the shell splits them, its variables resolved (``command``: its name,
     for the error of an unclosed quote)."""
     try:
-        return shlex.split(expanded(line, variables), comments=True)
+        return shlex.split(expanded(line, variables))
     except ValueError as exc:
         raise RlsimError(f"cannot split the command line: {exc}", source=source,
                          fix=f"close the quotes of the {command} command") from None
@@ -66,7 +139,7 @@ def python_command_arguments(line: str, variables: Mapping[str, str], source: st
 
 def _unquoted(text: str) -> str:
     try:
-        parts = shlex.split(text, comments=True)
+        parts = shlex.split(text)
     except ValueError:
         return text
     return " ".join(parts)

@@ -124,6 +124,14 @@ def test_the_script_reader_takes_the_training_commands_arguments_with_its_variab
         read_script(empty)
 
 
+def test_arguments_a_comment_line_cuts_off_the_training_command_are_an_error(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("uv run -m skyrl.train.entrypoints.main_base \\\n  trainer.epochs=3 \\\n"
+                      "  # trainer.policy.model.path=x \\\n  generator.inference_engine.num_engines=4\n")
+    with pytest.raises(RlsimError, match="line 4 .*comment on line 3"):
+        read_script(script)
+
+
 def test_a_yaml_of_the_same_tree_imports_to_the_same_scenario(tmp_path):
     flat = dict(item.split("=", 1) for item in read_script(EXAMPLE) if not item.startswith("data."))
     tree: dict = {}

@@ -2,12 +2,18 @@
 its training command's Hydra overrides read over verl's defaults, as a YAML with the same keys."""
 from __future__ import annotations
 
+import shlex
+import shutil
+import subprocess
+
 import pytest
 import yaml
 
 from simulator.errors import RlsimError
 from simulator.frameworks import import_config
 from simulator.frameworks.common import unflatten
+from simulator.frameworks.shell import script_lines
+from simulator.frameworks.verl_script import read_verl_script
 
 OVERRIDES = {
     "algorithm.adv_estimator": "grpo",
@@ -80,3 +86,43 @@ def test_a_key_verl_does_not_have_is_refused_as_hydra_refuses_it(tmp_path):
                                "actor_rollout_ref.rollout.tensor_model_paralel_size=2\n")
     with pytest.raises(RlsimError, match="tensor_model_paralel_size.* names a key the config does not have"):
         import_config("verl", script)
+
+
+def test_a_comment_line_inside_a_continued_command_ends_it_as_bash_does(tmp_path):
+    """bash ends a comment at its line's end, its trailing backslash included: the command stops at
+    the comment line, and the lines after it are a command of their own, not its arguments."""
+    script = _script(tmp_path, "python3 -m verl.trainer.main_ppo \\\n    trainer.nnodes=1 \\\n"
+                               "    trainer.n_gpus_per_node=8 \\\n    # actor_rollout_ref.rollout.n=4 \\\n\n"
+                               "echo done\n")
+    assert read_verl_script(script, ["trainer", "actor_rollout_ref"]) == ["trainer.nnodes=1",
+                                                                          "trainer.n_gpus_per_node=8"]
+
+
+@pytest.mark.parametrize("comment", ["    # actor_rollout_ref.rollout.n=4 \\\n", "    # commented out\n"])
+def test_arguments_orphaned_by_a_comment_line_are_an_error_naming_the_lines(tmp_path, comment):
+    script = _script(tmp_path, "set -x\npython3 -m verl.trainer.main_ppo \\\n    trainer.nnodes=1 \\\n" + comment
+                     + "    trainer.n_gpus_per_node=8 \\\n    actor_rollout_ref.rollout.n=4\n")
+    with pytest.raises(RlsimError, match="line 5 .*not an argument of the command") as err:
+        read_verl_script(script, ["trainer", "actor_rollout_ref"])
+    assert str(script) in str(err.value) and "line 4" in str(err.value)
+    assert "remove the comment on line 4 or move it out of the continued command" in str(err.value)
+
+
+def test_a_comment_after_the_last_argument_swallows_the_backslash_as_bash_does(tmp_path):
+    script = _script(tmp_path, "python3 -m verl.trainer.main_ppo trainer.nnodes=1 \\\n"
+                               "    trainer.n_gpus_per_node=8 # the node's GPUs \\\n    +trainer.extra=1\n")
+    with pytest.raises(RlsimError, match="line 3 .*'\\+trainer.extra=1'.*line 2"):
+        read_verl_script(script, ["trainer"])
+
+
+def test_the_logical_lines_are_the_commands_bash_runs(tmp_path):
+    """script_lines against bash itself: each logical line echoed by bash is one of rlsim's lines."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash on this machine")
+    body = ("echo A \\\n  a.b=1 \\\n  # c.d=2 \\\n\necho 'q # not a comment' \\\n  \"x\\\ny\" e=5#f # g \\\n"
+            "echo B # h\n# echo C \\\necho D\n")
+    script = _script(tmp_path, body)
+    ran = subprocess.run([bash, str(script)], capture_output=True, text=True, check=True).stdout.splitlines()
+    mine = [" ".join(shlex.split(line)) for line in script_lines(script, "script", "fix")]
+    assert [line.removeprefix("echo ") for line in mine if line] == ran
