@@ -287,6 +287,29 @@ class TrainLayout:
         if self.pp * self.vpp > int(model.num_layers):
             raise RlsimError(f"pp x vpp = {self.pp * self.vpp} exceeds the {model.num_layers} layers of "
                              f"{model.name}", source=source, field="workload.train_layout.pp", fix="lower pp or vpp")
+        self._check_recompute_groups(model, source)
+
+    def _check_recompute_groups(self, model: Any, source: str | None) -> None:
+        """Full uniform recompute: recompute_num_layers must divide every model chunk's layers. Megatron-Core
+        (0.8.0 to 0.13.0 transformer_block._checkpointed_forward) runs groups custom(i, i + N) from each
+        chunk's first layer and indexes self.layers past the chunk's last one where N does not divide its
+        layers (an IndexError in the first forward). Block checkpoints layer i while i < N: an N past a
+        chunk's layers checkpoints them all (recomputed_layers takes the chunk's)."""
+        n = self.recompute_num_layers
+        if self.recompute != "full" or self.recompute_method != "uniform" or n == 1:
+            return
+        from .memory import layout_stage_layers  # memory reads this module's TrainLayout
+        counts = sorted({len(chunk) for chunk in layout_stage_layers(int(model.num_layers), self)})
+        if all(count % n == 0 for count in counts):
+            return
+        common = math.gcd(*counts)
+        raise RlsimError(
+            f"recompute_num_layers {n} does not divide the {' / '.join(map(str, counts))} layers of a model chunk "
+            f"({model.num_layers} layers over pp x vpp = {self.pp} x {self.vpp}): Megatron-Core's uniform method "
+            f"recomputes groups of {n} layers from each chunk's first and fails (IndexError) on a last group that "
+            "runs past the chunk's end", source=source, field="workload.train_layout.recompute_num_layers",
+            fix=f"use a recompute_num_layers dividing every chunk's layers ({_divisors_upto(common, common)}), or "
+                "recompute_method: block (the first N layers of each chunk)")
 
     def check_folding(self, source: str | None = None, field: str = "workload.train_layout.ep") -> None:
         """MoE parallel folding: etp x ep must divide the tp x cp x dp ranks of a pipeline stage."""
