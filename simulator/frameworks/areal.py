@@ -42,6 +42,8 @@ from .common import (
     without_inapplicable_layout_keys,
     world_divides,
 )
+from .megatron_recompute import KEYS as RECOMPUTE_KEYS
+from .megatron_recompute import megatron_recompute, recompute_rules
 from .verl_optimizer import (
     MEGATRON_GRAD_BYTES,
     MEGATRON_OPTIMIZER_STATE,
@@ -58,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "actor.prox_logp_method": "recompute", "actor.gradient_checkpointing": False, "actor.dtype": "bfloat16",
     "actor.mb_spec.n_mbs": 1, "actor.mb_spec.max_tokens_per_mb": None, "actor.fsdp.offload_params": False,
     "actor.megatron.virtual_pipeline_parallel_size": 1, "actor.megatron.recompute_granularity": "full",
+    "actor.megatron.recompute_method": "uniform", "actor.megatron.recompute_num_layers": 1,
     "actor.megatron.ddp.use_distributed_optimizer": True, "actor.archon.ac_mode": "selective",
     "actor.archon.offload_params": False, "actor.archon.pp_schedule": "Interleaved1F1B",
     "actor.archon.pp_layers_per_stage": None, "actor.archon.pp_first_stage_less_layers": 1,
@@ -170,7 +173,7 @@ RULES: dict[str, Rule] = {
     "actor.fsdp.offload_params": mapped("workload.train_params.offload.fsdp_cpu_offload", "FSDP2's CPUOffloadPolicy"),
     "actor.fsdp.*": ignored("FSDP wrapping and loading details: no modelled effect"),
     "actor.megatron.virtual_pipeline_parallel_size": mapped("workload.train_layout.vpp"),
-    "actor.megatron.recompute_granularity": mapped("workload.train_layout.recompute", "with gradient_checkpointing"),
+    **recompute_rules("actor.megatron", "with actor.gradient_checkpointing (mbridge's set_extra_args), else ignored"),
     "actor.megatron.ddp.use_distributed_optimizer": mapped("workload.train_layout.zero", "true: 1, false: 0"),
     "actor.megatron.*": unsupported("Megatron option not modelled (overlaps, fusions, dtypes, checkpoint bridges)"),
     # AReaL 1.0.4 never hands it to Megatron: the mbridge engine takes mbridge's TransformerConfig (alltoall
@@ -704,10 +707,10 @@ def _train_layout(v: Values, engine: str, dims: Mapping[str, Mapping[str, int]],
         layout.update(_megatron_expert_tp(v, dims, model))
         layout["vpp"] = v.whole("actor.megatron.virtual_pipeline_parallel_size", 1)
         layout["zero"] = 1 if v.flag("actor.megatron.ddp.use_distributed_optimizer") else 0
-        granularity = _choice(v, "actor.megatron.recompute_granularity", ("full", "selective"))
-        layout["recompute"] = granularity if checkpointing else "none"
-        if not checkpointing and v.given("actor.megatron.recompute_granularity"):
-            decided["actor.megatron.recompute_granularity"] = ("ignored", "used only with gradient_checkpointing")
+        layout.update(megatron_recompute(v, "actor.megatron", decided) if checkpointing else {"recompute": "none"})
+        for key in (f"actor.megatron.{name}" for name in RECOMPUTE_KEYS):
+            if not checkpointing and v.given(key):
+                decided[key] = ("ignored", "used only with gradient_checkpointing")
     else:
         layout.update(zero=3, recompute=_archon_recompute(v, decided) if engine == "archon" and checkpointing
                       else "full" if checkpointing else "none")

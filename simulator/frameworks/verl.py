@@ -75,6 +75,7 @@ from .common import (
 )
 from .megatron_ddp import ddp_rules, megatron_ddp_overlap
 from .megatron_moe import megatron_moe_kernels
+from .megatron_recompute import megatron_recompute, recompute_rules
 from .verl_optimizer import critic_optimizer, hybrid_device_offload, optimizer_fields, override_decisions
 from .verl_script import is_script, read_verl_script
 from .verl_transformer import (
@@ -419,17 +420,7 @@ RULES: dict[str, Rule] = {
                                                     neutral=False),
     f"{A}.actor.megatron.override_transformer_config.*": unsupported("a Megatron TransformerConfig override not "
                                                                      "modelled"),
-    f"{A}.actor.megatron.override_transformer_config.recompute_granularity": mapped(
-        "workload.train_layout.recompute", "megatron: null none, full (recompute_method uniform), selective "
-        "(the attention core, recompute_modules [core_attn]); the hf model's enable_gradient_checkpointing is not "
-        "read by the megatron workers"),
-    **{f"{A}.actor.megatron.override_transformer_config.{k}": mapped(
-        f"workload.train_layout.{k}", "read with recompute_granularity full: uniform (null: uniform) checkpoints "
-        "each group of recompute_num_layers (null: 1) layers, block recomputes the first recompute_num_layers of "
-        "each model chunk") for k in ("recompute_method", "recompute_num_layers")},
-    f"{A}.actor.megatron.override_transformer_config.recompute_modules": mapped(
-        "workload.train_layout.recompute", "read with recompute_granularity selective: [core_attn] is rlsim's "
-        "selective; other modules are not modelled"),
+    **recompute_rules(f"{A}.actor.megatron.override_transformer_config"),
     f"{A}.actor.megatron.override_transformer_config.moe_token_dispatcher_type": mapped(
         "workload.train_params.comm.moe_token_dispatcher", "alltoall, verl's (models/mcore/config_converter.py); "
         "allgather is refused: verl sets variable_seq_lengths=True, beside which Megatron-Core refuses it; flex "
@@ -1608,8 +1599,6 @@ def _train_layout(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str
 # hf_model's enable_gradient_checkpointing is read by the FSDP workers only: verl 0.6.0 fsdp_workers.py;
 # megatron_workers.py reads neither it nor any other recompute switch)
 _TRANSFORMER = f"{A}.actor.megatron.override_transformer_config"
-MEGATRON_RECOMPUTE_KEYS = tuple(f"{_TRANSFORMER}.{k}" for k in (
-    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules"))
 
 
 # verl's megatron workers: TransformerConfig's moe_token_dispatcher_type "alltoall" and variable_seq_lengths
@@ -1621,35 +1610,11 @@ VERL_VARIABLE_SEQ_LENGTHS = "verl 0.6.1 models/mcore/config_converter.py"
 
 
 def _megatron_recompute(v: Values, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
-    """rlsim's recompute fields from Megatron's TransformerConfig overrides: recompute_granularity null (the
-    default) none, full (recompute_method uniform or block and recompute_num_layers as given, null: uniform,
-    1), selective (the attention core: recompute_modules [core_attn], Megatron's default; other modules are
-    not modelled)."""
-    src = v.result.source
-    granularity, method, layers, modules = (v.flat.get(k) for k in MEGATRON_RECOMPUTE_KEYS)
+    """rlsim's recompute fields from Megatron's TransformerConfig overrides (megatron_recompute.py; verl's
+    defaults: all null, recompute none)."""
     decided[f"{A}.model.enable_gradient_checkpointing"] = (
         "ignored", f"verl's megatron workers do not read it: {_TRANSFORMER}.recompute_granularity sets recompute")
-    method_keys, modules_key = MEGATRON_RECOMPUTE_KEYS[1:3], MEGATRON_RECOMPUTE_KEYS[3]
-    if granularity not in (None, "full", "selective"):
-        raise RlsimError(f"unknown recompute_granularity {granularity!r}", source=src, field=MEGATRON_RECOMPUTE_KEYS[0],
-                         fix="use full, selective or null")
-    if granularity == "full" and method not in (None, "uniform", "block"):
-        raise RlsimError(f"unknown recompute_method {method!r}", source=src, field=MEGATRON_RECOMPUTE_KEYS[1],
-                         fix="use uniform, block or null")
-    for key in method_keys:
-        if key in v.flat and granularity != "full":
-            decided[key] = ("ignored", f"read with recompute_granularity full only (here {granularity})")
-    if modules_key in v.flat and granularity != "selective":
-        decided[modules_key] = ("ignored", f"read with recompute_granularity selective only (here {granularity})")
-    elif modules_key in v.flat and modules not in (None, ["core_attn"]):
-        decided[modules_key] = ("unsupported", f"recomputing {modules} is not modelled: rlsim's selective "
-                                               "recomputes the attention core (core_attn)")
-    out: dict[str, Any] = {"recompute": {None: "none", "full": "full", "selective": "selective"}[granularity]}
-    if granularity == "full" and method not in (None, "uniform"):   # the defaults left out: the scenario as before
-        out["recompute_method"] = method
-    if granularity == "full" and layers not in (None, 1):
-        out["recompute_num_layers"] = layers
-    return out
+    return megatron_recompute(v, _TRANSFORMER, decided)
 
 
 def _fsdp_shard_size(v: Values) -> int | None:

@@ -786,6 +786,9 @@ def test_nemo_rl_expert_tp_default_follows_the_model_given_by_set(capsys, model,
 
 # verl's megatron workers recompute as Megatron's TransformerConfig overrides say (none by default)
 VERL_FULL_RECOMPUTE = "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity=full"
+# Megatron-Core's TransformerConfig needs a method and a layer count with full (verl's defaults: null)
+VERL_UNIFORM_1 = ("+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform",
+                  "+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_num_layers=1")
 
 
 def test_verl_megatron_recompute_comes_from_the_transformer_config_overrides():
@@ -813,11 +816,19 @@ def test_verl_megatron_recompute_comes_from_the_transformer_config_overrides():
                                           f"+{t}.recompute_method=uniform", f"+{t}.recompute_num_layers=4"])
     assert uniform.scenario["workload"]["train_layout"]["recompute_num_layers"] == 4
     ignored = import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=selective",
-                                          f"+{t}.recompute_method=block", f"+{t}.recompute_num_layers=3"])
-    assert "recompute_num_layers" not in ignored.scenario["workload"]["train_layout"]
+                                          f"+{t}.recompute_method=block"])
+    assert "recompute_method" not in ignored.scenario["workload"]["train_layout"]
     assert "full only" in ignored.ignored[f"{t}.recompute_method"]
     with pytest.raises(RlsimError, match="recompute_method"):
         import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=full", f"+{t}.recompute_method=bogus"])
+    # what Megatron-Core's TransformerConfig.__post_init__ refuses (verl leaves method and layers null)
+    for over, field in (([f"+{t}.recompute_granularity=full"], "recompute_method"),
+                        ([f"+{t}.recompute_granularity=full", f"+{t}.recompute_method=block"], "recompute_num_layers"),
+                        ([f"+{t}.recompute_granularity=selective", f"+{t}.recompute_num_layers=3"],
+                         "recompute_num_layers")):
+        with pytest.raises(RlsimError) as err:
+            import_config("verl", cfg, [*megatron, *over])
+        assert err.value.field == f"{t}.{field}" and "TransformerConfig" in err.value.message
     selective = import_config("verl", cfg, [*megatron, f"+{t}.recompute_granularity=selective",
                                             f"+{t}.recompute_modules=[core_attn,mlp]"])
     assert selective.scenario["workload"]["train_layout"]["recompute"] == "selective"
@@ -839,7 +850,7 @@ def test_expert_tp_on_a_dense_model_and_sequence_parallel_at_tp_1_are_ignored(ca
     # (verl: the engine at 0.5, its Megatron reference's weights on the host: ref.megatron.param_offload;
     # the actor's weights and its gradient buffer, 30.5 GB a GPU at TP1, too: actor.megatron.param_offload)
     backend = ["policy.megatron_cfg.enabled=true"] if framework == "nemo-rl" else [
-        "actor_rollout_ref.actor.strategy=megatron", f"+{VERL_FULL_RECOMPUTE}",
+        "actor_rollout_ref.actor.strategy=megatron", f"+{VERL_FULL_RECOMPUTE}", *VERL_UNIFORM_1,
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "actor_rollout_ref.ref.megatron.param_offload=true",
         "actor_rollout_ref.actor.megatron.param_offload=true"]
     keys = [f"{prefix}.expert_tensor_parallel_size", f"{prefix}.sequence_parallel"]
@@ -1348,7 +1359,7 @@ def test_verl_lora_maps_onto_workload_lora(capsys, tmp_path):
     # (the engine at 0.5, the Megatron reference's weights on the host: ref.megatron.param_offload; the
     # actor's weights and gradient buffer too: actor.megatron.param_offload)
     code, out, err = cli(capsys, "run", "--from-verl", str(EXAMPLES / _VERL), "actor_rollout_ref.actor.strategy=megatron",
-                         f"+{VERL_FULL_RECOMPUTE}", "actor_rollout_ref.model.lora_rank=8",
+                         f"+{VERL_FULL_RECOMPUTE}", *VERL_UNIFORM_1, "actor_rollout_ref.model.lora_rank=8",
                          "actor_rollout_ref.ref.megatron.param_offload=true",
                          "actor_rollout_ref.actor.megatron.param_offload=true",
                          "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "--iterations", "1", "--json")

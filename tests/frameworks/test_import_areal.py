@@ -632,3 +632,45 @@ def test_the_step_traffic_follows_each_engines_master_copy():
     assert (traffic("actor.backend=archon:d4"), traffic("actor.backend=archon:d4", "+actor.optimizer.type=sgd")) == (
         14.0, 6.0)
     assert traffic("actor.backend=megatron:d4") is None
+
+
+MEGATRON_DENSE = ["actor.backend=megatron:d2p2t2", "rollout.backend=sglang:d2t4"]
+R = "actor.megatron"
+
+
+def test_megatrons_recompute_method_and_layers_map_as_verls_overrides_do():
+    """AReaL 1.0.4 hands actor.megatron.recompute_* to Megatron-Core's TransformerConfig with
+    gradient_checkpointing (megatron_engine.py: mbridge's set_extra_args), defaults full, uniform, 1: read as
+    verl's override_transformer_config is (frameworks/megatron_recompute.py)."""
+    plain = import_config("areal", EXAMPLE, MEGATRON_DENSE)
+    layout = plain.scenario["workload"]["train_layout"]
+    assert layout["recompute"] == "full" and {"recompute_method", "recompute_num_layers"}.isdisjoint(layout)
+    block = import_config("areal", EXAMPLE, [*MEGATRON_DENSE, f"{R}.recompute_method=block",
+                                             f"{R}.recompute_num_layers=3"])
+    layout = block.scenario["workload"]["train_layout"]
+    assert (layout["recompute"], layout["recompute_method"], layout["recompute_num_layers"]) == ("full", "block", 3)
+    assert {f"{R}.recompute_method", f"{R}.recompute_num_layers"} <= set(block.mapped)
+    assert f"{R}.recompute_method" not in block.unsupported
+    uniform = import_config("areal", EXAMPLE, [*MEGATRON_DENSE, f"{R}.recompute_num_layers=2"])
+    assert uniform.scenario["workload"]["train_layout"]["recompute_num_layers"] == 2
+    load_scenario(block.scenario)
+    selective = import_config("areal", EXAMPLE, [*MEGATRON_DENSE, f"{R}.recompute_granularity=selective",
+                                                 f"{R}.recompute_num_layers=null"])
+    assert selective.scenario["workload"]["train_layout"]["recompute"] == "selective"
+    off = import_config("areal", EXAMPLE, [*MEGATRON_DENSE, "actor.gradient_checkpointing=false",
+                                           f"{R}.recompute_method=block", f"{R}.recompute_num_layers=3"])
+    assert off.scenario["workload"]["train_layout"]["recompute"] == "none"
+    assert "gradient_checkpointing" in off.ignored[f"{R}.recompute_method"]
+    assert "gradient_checkpointing" in off.ignored[f"{R}.recompute_num_layers"]
+
+
+@pytest.mark.parametrize(("over", "field", "words"), [
+    ([f"{R}.recompute_granularity=selective"], "recompute_num_layers", "1, areal's default with recompute_granularity"),
+    ([f"{R}.recompute_method=null"], "recompute_method", "full needs uniform or block"),
+    ([f"{R}.recompute_num_layers=null"], "recompute_num_layers", "needs a number of layers"),
+    ([f"{R}.recompute_method=chunked"], "recompute_method", "refuses it"),
+])
+def test_megatrons_recompute_keys_are_refused_as_megatrons_config_refuses_them(over, field, words):
+    with pytest.raises(RlsimError) as err:
+        import_config("areal", EXAMPLE, [*MEGATRON_DENSE, *over])
+    assert err.value.field == f"{R}.{field}" and words in err.value.message and err.value.fix
