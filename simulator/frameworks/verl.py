@@ -297,6 +297,19 @@ def _precision_aware_optimizer_rules(section: str) -> dict[str, Rule]:
 # grad_reduce_in_fp32 else param.dtype): the buffer and its data-parallel reduction in bf16
 VERL_DDP = f"{A}.actor.megatron.override_ddp_config"
 GRAD_REDUCE_IN_FP32 = f"{VERL_DDP}.grad_reduce_in_fp32"
+# verl's own DDP keys beside override_ddp_config (ddp_config_dict, 0.6.1 utils/megatron_utils.py): the
+# values a role's override replaces; use_distributed_optimizer is the megatron section's own
+VERL_DDP_DEFAULTS = {"grad_reduce_in_fp32": True, "overlap_grad_reduce": False}
+# The reference builds no DDP wrapper (0.6.0 workers/megatron_workers.py: the ref model with
+# wrap_with_ddp=False, its override_ddp_config never handed on; the engine worker's forward_only likewise:
+# workers/engine/megatron/transformer_impl.py), and rlsim prices the critic with the actor's train_params.comm
+# and layout (rl/llm_costs.py critic_train_params), while its CriticWorker builds its own DDP from
+# critic.megatron.override_ddp_config
+REF_DDP, CRITIC_DDP = f"{A}.ref.megatron.override_ddp_config", "critic.megatron.override_ddp_config"
+REF_DDP_NOTE = ("verl's reference builds no DDP (forward only: megatron_workers.py wrap_with_ddp=False), so it "
+                "never reads its override_ddp_config")
+CRITIC_DDP_NOTE = ("rlsim prices the critic's gradient sync with the actor's DDP settings (its train_params.comm and "
+                   "layout): a critic value unlike the actor's is not modelled")
 GRAD_REDUCE_IN_FP32_NOTE = ("and workload.train_params.comm.grad_reduce_bytes_per_param: false keeps Megatron's "
                             "main_grad buffer in bf16 and reduces it so (2 bytes a parameter); true, verl's own "
                             "value, fp32 (4: rlsim's default)")
@@ -466,6 +479,7 @@ RULES: dict[str, Rule] = {
                                                  "and v are in its dtype"),
     # reference and rollout
     f"{A}.ref.*": unsupported("the reference forward uses the trainer's layout and micro-batching in rlsim"),
+    f"{REF_DDP}.*": ignored(REF_DDP_NOTE),
     f"{A}.ref.fsdp_config.param_offload": ignored(
         "verl 0.6.0 builds the FSDP reference with CPUOffload(offload_params=True) whatever this says "
         "(workers/fsdp_workers.py: 'We force reference policy to use CPUOffload'): the import sets "
@@ -626,6 +640,8 @@ RULES: dict[str, Rule] = {
                                                 "CriticWorker loads and offloads it as the fsdp one does"),
     "critic.*": unsupported("the critic trains with the actor's layout and micro-batching in rlsim (a key with an "
                             "actor counterpart, CRITIC_AS_ACTOR, is mapped where it equals it)"),
+    f"{CRITIC_DDP}.*": unsupported(f"{CRITIC_DDP_NOTE} (a key equal to the actor's effective value takes its "
+                                   "status)"),
     "critic.optim.*": ignored(_LR),
     **{f"critic.optim.{k}": mapped(
         "workload.critic_optimizer", "the critic's own optimizer (built apart from the actor's, as the actor's is): "
@@ -983,6 +999,7 @@ def import_verl(path: str | Path, overrides: Iterable[str] = (), *, topology: st
     result.scenario["workload"] = workload
     result.scenario["schedule"] = sched
     _sections_not_run(values, recipe, decided)
+    _other_roles_ddp(values, decided)
     _copies_of_the_actor(values, decided)
     classify(result, flat, RULES, decided)
     result.notes.append("response-length law: not in a verl config; rlsim's default law "
@@ -1479,6 +1496,29 @@ ACTOR_COPIES = (
     (f"{A}.actor.", f"{A}.model."),
 )
 _ABSENT = object()
+
+
+def _other_roles_ddp(v: Values, decided: dict[str, tuple[Status, str]]) -> None:
+    """The reference's override_ddp_config ignored (REF_DDP_NOTE); the critic's (where its section runs:
+    else decided already) the actor key's status where it equals the actor's effective value (its given
+    override, verl's ddp_config_dict default, the megatron section's use_distributed_optimizer),
+    unsupported where it does not (CRITIC_DDP_NOTE)."""
+    for key in v.flat:
+        if key in decided:
+            continue
+        if key.startswith(f"{REF_DDP}."):
+            decided[key] = ("ignored", REF_DDP_NOTE)
+        elif key.startswith(f"{CRITIC_DDP}."):
+            bare = key[len(CRITIC_DDP) + 1:]
+            actor_key = f"{VERL_DDP}.{bare}"
+            defaults = {**VERL_DDP_DEFAULTS, "use_distributed_optimizer": v(f"{A}.actor.megatron.use_distributed_optimizer")}
+            actor = v.flat.get(actor_key, defaults.get(bare, _ABSENT))
+            if actor is not _ABSENT and actor == v.flat[key]:
+                status, reason = decided.get(actor_key) or table_status(actor_key, actor, RULES)
+                decided[key] = (status, f"as {actor_key}, which it equals here ({reason})")
+            else:
+                decided[key] = ("unsupported", f"{CRITIC_DDP_NOTE} (the actor's {bare}: "
+                                               f"{'unset' if actor is _ABSENT else repr(actor)})")
 
 
 def _copies_of_the_actor(v: Values, decided: dict[str, tuple[Status, str]]) -> None:

@@ -89,3 +89,33 @@ def test_overlap_grad_reduce_shortens_the_training_step_across_nodes():
     times = [simulate(_import(*ddp, base=base).scenario, iterations=1, keep_samples=False
                       ).summary["stage_time_s"]["train_actor"] for ddp in ([], ["overlap_grad_reduce=true"])]
     assert times[1] < times[0]
+
+
+REF_DDP, CRITIC_DDP = "actor_rollout_ref.ref.megatron.override_ddp_config", "critic.megatron.override_ddp_config"
+PPO = [*MEGATRON, "critic.strategy=megatron", "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4"]
+
+
+@pytest.mark.parametrize("actor", [[], ["overlap_grad_reduce=true"]])
+def test_the_references_ddp_overrides_are_never_read(actor):
+    """verl 0.6.0 builds the reference without a DDP wrapper (megatron_workers.py wrap_with_ddp=False; the
+    engine worker's forward_only likewise): its override_ddp_config is ignored, equal to the actor's or not."""
+    result = _import(*actor, base=[*MEGATRON, f"+{REF_DDP}.overlap_grad_reduce=true", f"+{REF_DDP}.bucket_size=1000"])
+    for key in ("overlap_grad_reduce", "bucket_size"):
+        assert "builds no DDP" in result.ignored[f"{REF_DDP}.{key}"]
+    assert _comm(result) == _comm(_import(*actor))
+
+
+def test_the_critics_ddp_overrides_are_the_actors_where_equal_else_unsupported():
+    """rlsim prices the critic's gradient sync with the actor's train_params.comm and layout
+    (rl/llm_costs.py critic_train_params): a critic key equal to the actor's effective value (given, or
+    verl's ddp_config_dict default) takes the actor key's status; one unlike it is unsupported, said so."""
+    equal = _import("overlap_grad_reduce=true", base=[*PPO, f"+{CRITIC_DDP}.overlap_grad_reduce=true"])
+    assert f"{CRITIC_DDP}.overlap_grad_reduce" in equal.mapped
+    default = _import(base=[*PPO, f"+{CRITIC_DDP}.overlap_grad_reduce=false", f"+{CRITIC_DDP}.grad_reduce_in_fp32=true"])
+    assert {f"{CRITIC_DDP}.overlap_grad_reduce", f"{CRITIC_DDP}.grad_reduce_in_fp32"} <= set(default.mapped)
+    unlike = _import(base=[*PPO, f"+{CRITIC_DDP}.overlap_grad_reduce=true", f"+{CRITIC_DDP}.bucket_size=1000"])
+    for key in ("overlap_grad_reduce", "bucket_size"):
+        assert "the actor's DDP settings" in unlike.unsupported[f"{CRITIC_DDP}.{key}"]
+    assert _comm(unlike) == _comm(_import(base=PPO))
+    no_critic = _import(base=[*MEGATRON, f"+{CRITIC_DDP}.overlap_grad_reduce=true"])
+    assert "no critic" in no_critic.ignored[f"{CRITIC_DDP}.overlap_grad_reduce"]
