@@ -502,11 +502,13 @@ RULES: dict[str, Rule] = {
                                 "least requests so far); sync: per-prompt"),
     f"{A}.rollout.n": mapped("workload.samples_per_prompt"),
     f"{A}.rollout.tensor_model_parallel_size": mapped("workload.rollout_layout.tp"),
-    # verl 0.5+ rollout.yaml (MoE rollouts, cited from memory of RolloutConfig: expert_parallel_size
-    # must be tensor_model_parallel_size x data_parallel_size): one engine of tp x dp GPUs, attention
-    # data-parallel dp ways, experts over all of them - rlsim's rollout_layout.ep is that dp
+    # verl 0.6.0 workers/config/rollout.py RolloutConfig asserts expert_parallel_size = tensor_model_parallel_size
+    # x data_parallel_size: one engine of tp x dp GPUs, attention data-parallel dp ways, experts over all of
+    # them (vLLM's enable_expert_parallel) - rlsim's rollout_layout.ep is that dp (EP_OVER_TP_NOTE at dp 1)
     f"{A}.rollout.expert_parallel_size": mapped("workload.rollout_layout.ep", "vLLM's EP over the engine's tp x "
-                                                "data_parallel_size GPUs: rlsim's ep is the data_parallel_size"),
+                                                "data_parallel_size GPUs: rlsim's ep is the data_parallel_size; at "
+                                                "data_parallel_size 1 ep 1 prices the same per GPU (said in a note); "
+                                                "ignored on a dense model"),
     f"{A}.rollout.data_parallel_size": mapped("workload.rollout_layout.ep", "with expert_parallel_size = tp x dp: "
                                               "attention data-parallel inside one engine (rlsim's ep)"),
     f"{A}.rollout.pipeline_model_parallel_size": unsupported(
@@ -1388,7 +1390,7 @@ def _workload(v: Values, recipe: str, model_given: bool, decided: dict[str, tupl
     _train_software(v, w, decided)
     _entropy(v, recipe, w, decided)
     _logprob_traffic(v, w, decided)
-    w["rollout_layout"] = _rollout_layout(v, recipe, decided)
+    w["rollout_layout"] = _rollout_layout(v, recipe, decided, model)
     _engine_and_offload(v, w, decided)
     _check_step_budget(v, recipe, w)
     _fsdp_params(v, w, decided)
@@ -1665,7 +1667,7 @@ def _fsdp_shard_size(v: Values) -> int | None:
     return hsdp_shard_size(v(key), key, world, "trainer", v.result.source)
 
 
-def _rollout_layout(v: Values, recipe: str, decided: dict[str, tuple[Status, str]]) -> dict[str, Any]:
+def _rollout_layout(v: Values, recipe: str, decided: dict[str, tuple[Status, str]], model: Any) -> dict[str, Any]:
     r = f"{A}.rollout"
     dtype = str(v(f"{r}.dtype"))
     if dtype not in DTYPES:
@@ -1679,7 +1681,7 @@ def _rollout_layout(v: Values, recipe: str, decided: dict[str, tuple[Status, str
     elif v.given(standalone):
         decided[standalone] = ("ignored", "null: gpu_memory_utilization stands" if v(standalone) is None
                                else "used by verl 0.9's fully_async standalone replicas only")
-    layout = {"tp": v.count(f"{r}.tensor_model_parallel_size"), "ep": _engine_data_parallel(v),
+    layout = {"tp": v.count(f"{r}.tensor_model_parallel_size"), "ep": _engine_data_parallel(v, model, decided),
               "gpu_memory_utilization": v.fraction(share),
               "weight_dtype": DTYPES[dtype], "kv_dtype": DTYPES[dtype]}
     layout["max_num_seqs"] = _max_num_seqs(v, recipe)   # vLLM's max_num_seqs, SGLang's max_running_requests
@@ -1699,10 +1701,22 @@ def _max_num_seqs(v: Values, recipe: str) -> int:
     return v.count(key)
 
 
-def _engine_data_parallel(v: Values) -> int:
+# vLLM's expert parallelism at data_parallel_size 1 (EP = the engine's tp GPUs): each holds E/tp whole experts
+# in place of 1/tp of each, and the tokens are not dispatched (vLLM 0.11 model_executor/layers/fused_moe/
+# config.py FusedMoEParallelConfig.make: ep_size = tp x dp, tp 1; layer.py forward_impl: dispatch / combine only
+# at dp > 1, the tensor-parallel all-reduce after the MoE either way)
+EP_OVER_TP_NOTE = ("EP = tp at data_parallel_size 1: each of the engine's tp GPUs holds E/tp whole experts in place "
+                   "of 1/tp of each, with no dispatch (vLLM 0.11 fused_moe FusedMoEParallelConfig.make, forward_impl: "
+                   "the same tensor-parallel all-reduce after the MoE): the same weight bytes, expected FLOPs and "
+                   "collective a GPU as rlsim's rollout_layout.ep 1 prices; the uneven load over the GPUs' experts "
+                   "is not modelled")
+
+
+def _engine_data_parallel(v: Values, model: Any, decided: dict[str, tuple[Status, str]]) -> int:
     """rlsim's rollout ep (attention data-parallel inside one engine whose experts span tp x ep GPUs)
     from verl's rollout expert_parallel_size and data_parallel_size: verl refuses an EP other than
-    tp x dp, and a dp without EP is more engines (rlsim's instances), not one."""
+    tp x dp, and a dp without EP is more engines (rlsim's instances), not one. EP over the tp GPUs alone
+    (dp 1) is rlsim's ep 1, said so (EP_OVER_TP_NOTE); on a dense model EP does nothing."""
     r, src = f"{A}.rollout", v.result.source
     tp, ep, dp = v.count(f"{r}.tensor_model_parallel_size"), v.count(f"{r}.expert_parallel_size"), \
         v.count(f"{r}.data_parallel_size")
@@ -1714,6 +1728,14 @@ def _engine_data_parallel(v: Values) -> int:
         raise RlsimError(f"data_parallel_size {dp} without expert parallelism: rlsim models data parallelism as "
                          "more rollout engines (instances), one per tp GPUs", source=src,
                          field=f"{r}.data_parallel_size", fix="set it to 1 (the engines are the data parallelism)")
+    if ep > 1 and dp == 1:
+        key = f"{r}.expert_parallel_size"
+        if not has_experts(model, 1):
+            decided[key] = ("ignored", "a dense model has no expert layers for vLLM's expert parallelism")
+        else:
+            decided[key] = ("mapped", f"workload.rollout_layout.ep: 1, {EP_OVER_TP_NOTE}")
+            v.result.notes.append(f"{key} {ep} = tensor_model_parallel_size {tp} x data_parallel_size 1: rlsim's "
+                                  f"rollout_layout.ep 1 ({EP_OVER_TP_NOTE})")
     return dp
 
 

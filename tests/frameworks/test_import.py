@@ -1790,6 +1790,24 @@ def test_verls_rollout_expert_parallelism_is_one_engine_of_tp_x_dp_gpus():
         assert err.value.field == f"{rollout}.{field}"
 
 
+def test_verls_rollout_expert_parallelism_over_the_tp_gpus_alone_is_said_as_what_it_prices():
+    """EP = tp at data_parallel_size 1: vLLM 0.11 gives each of the engine's tp GPUs E/tp whole experts in
+    place of 1/tp of each, with no dispatch (fused_moe/config.py FusedMoEParallelConfig.make; layer.py
+    forward_impl: the same tensor-parallel all-reduce after the MoE): the same bytes, expected FLOPs and
+    collective a GPU as rollout_layout.ep 1, which the import takes and says so; on a dense model EP does
+    nothing (ignored)."""
+    rollout, key = "actor_rollout_ref.rollout", "actor_rollout_ref.rollout.expert_parallel_size"
+    moe = ["actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B", f"{rollout}.tensor_model_parallel_size=4"]
+    plain = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", moe)
+    expert = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml", [*moe, f"{key}=4"])
+    assert expert.scenario["workload"]["rollout_layout"] == plain.scenario["workload"]["rollout_layout"]
+    assert "whole experts" in expert.mapped[key] and "data_parallel_size 1" in expert.mapped[key]
+    assert any(note.startswith(f"{key} 4 = tensor_model_parallel_size 4") for note in expert.notes)
+    dense = import_config("verl", EXAMPLES / "verl-grpo-qwen2.5-7b.yaml",
+                          [f"{rollout}.tensor_model_parallel_size=4", f"{key}=4"])
+    assert "dense" in dense.ignored[key]
+
+
 def test_a_changed_key_the_error_is_not_about_is_not_named_first():
     """Weights that do not fit the engine's share named the overridden max_num_seqs first (it maps
     under the same layout; a regression trial): a changed key leads only when the message names it."""
