@@ -176,7 +176,7 @@ def cost_fields(summary: Mapping[str, Any], price: float | None = None) -> dict[
     out: dict[str, float | None] = {
         "device_hours_per_1000_steps": devices * step_s * STEPS_PER_REPORT / SECONDS_PER_HOUR,
         # per trained token: comparable across schedules that train different shares of a batch per
-        # step (StaleSync with staleness 0 trains half a batch: its device-hours per step look cheap)
+        # step (StaleSync on split pools with staleness 0 trains half a batch: its device-hours per step look cheap)
         "device_hours_per_1m_tokens": per_million,
         "price_per_device_hour": price,
         "cost_per_hour": None,

@@ -556,8 +556,8 @@ def summary(rec: RunRecord, timeline: pd.DataFrame, samples: pd.DataFrame | None
 def sample_counts(fig: Mapping[str, Any], iterations: int, workload: Any, step_prompts: int) -> dict[str, Any]:
     """Generated, consumed and dropped samples (``fig``: sample_figures); `trained_per_step` against
     `batch` (the schedule's prompts per step, ScheduleConfig.step_prompts, x samples_per_prompt), and
-    `stale_fraction`, the generated samples thrown away as too old: StaleSync with staleness 0 trains
-    about half a batch per step and drops ~40% as stale, so its step time and device-hours per step
+    `stale_fraction`, the generated samples thrown away as too old: StaleSync on split pools with
+    staleness 0 trains about half a batch per step and drops ~40% as stale, so its step time and device-hours per step
     are not comparable with a schedule that trains whole batches. `rows_kept`: only under output.keep_sample_rows, the per-sample
     table's rows once older ones were folded into these counts."""
     dropped = {str(k): int(v) for k, v in sorted(fig["dropped"].items())}

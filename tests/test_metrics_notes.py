@@ -1,7 +1,7 @@
-"""Figures that mislead unless said (issue 14 class 6): StaleSync with staleness 0 trains partial
-batches and drops samples as stale, so its step time looks best; a staleness bound of 2 or more on
-colocated StaleSync never binds. The summary carries the counts, the notes say it, and the cheapest
-pick ranks by trained tokens."""
+"""Figures that mislead unless said (issue 14 class 6): StaleSync with staleness 0 on split pools
+trains partial batches and drops samples as stale, so its step time looks best; a staleness bound of 2
+or more on colocated StaleSync never binds. The summary carries the counts, the notes say it, and the
+cheapest pick ranks by trained tokens."""
 import pytest
 
 import simulator
@@ -13,26 +13,37 @@ SMALL = dict(workload="grpo-qwen2.5-7b", topology={"preset": "dgx-h100", "nodes"
              overrides=["workload.prompts_per_step=8", "workload.samples_per_prompt=4", "workload.mini_batch_prompts=4"])
 
 
-def _run(staleness):
+def _run(staleness, placement="colocated"):
     return simulator.simulate(None, schedule="stalesync", costs=FakeCosts(instance_devices=2, train_group_devices=2),
-                              **{**SMALL, "overrides": [*SMALL["overrides"], f"schedule.staleness={staleness}"]}).summary
+                              **{**SMALL, "overrides": [*SMALL["overrides"], f"schedule.staleness={staleness}",
+                                                        f"schedule.placement={placement}"]}).summary
 
 
 @pytest.fixture(scope="module")
 def runs():
-    return {s: _run(s) for s in (0, 1, 2)}
+    return {**{s: _run(s) for s in (0, 1, 2)}, "split 0": _run(0, "disaggregated")}
 
 
 def test_staleness_0_trains_partial_batches_and_says_so(runs):
-    zero, one = runs[0]["samples"], runs[1]["samples"]
+    """On split pools the trainer starts on the threshold share of its round; at a bound of 0 the
+    rest of the round ages out before the next step."""
+    zero, one = runs["split 0"]["samples"], runs[1]["samples"]
     assert zero["batch"] == one["batch"] == 32
     assert zero["trained_per_step"] * 4 == zero["consumed"]
     assert zero["trained_per_step"] == zero["batch"] / 2 and zero["stale_fraction"] == pytest.approx(0.375)
     assert one["trained_per_step"] > zero["trained_per_step"] and one["stale_fraction"] == 0.0
-    assert runs[0]["step_time_s"] < runs[1]["step_time_s"]   # why it misleads: the shorter step
+    assert runs["split 0"]["step_time_s"] < runs[1]["step_time_s"]   # why it misleads: the shorter step
     assert zero["stale_fraction"] >= STALE_NOTE_SHARE
-    assert any("as stale" in n and "tokens/s" in n for n in summary_notes(runs[0]))
+    assert any("as stale" in n and "tokens/s" in n for n in summary_notes(runs["split 0"]))
     assert not any("as stale" in n for n in summary_notes(runs[1]))
+
+
+def test_colocated_staleness_0_is_the_synchronous_step(runs):
+    """On one pool a bound of 0 lets no tail be cut away: the round is generated whole and trained
+    whole (it trained the threshold share and dropped the rest of the round as stale, 37.5%)."""
+    zero = runs[0]["samples"]
+    assert zero["trained_per_step"] == zero["batch"] == 32 and zero["dropped"] == {}
+    assert not any("as stale" in n for n in summary_notes(runs[0]))
 
 
 def test_a_bound_that_never_binds_is_named(runs):

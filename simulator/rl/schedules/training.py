@@ -63,10 +63,14 @@ class TrainStep:
         self.round_batches = self.sched.round_batches
 
     # ---- which samples ------------------------------------------------------------------------
-    def ready_time(self, k: int, known_complete: bool) -> tuple[float, np.ndarray]:
+    def ready_time(self, k: int, known_complete: bool, *, starts_at: float = -math.inf) -> tuple[float, np.ndarray]:
         """Earliest time trainer step k can start from the samples known now, and the ids it takes
         (ascending). Needs ``min_batch`` eligible samples (version >= min_version(k, s)) and a share
-        f of round k (if round k is fully known)."""
+        f of round k (if round k is fully known). ``starts_at``: when the step's trainers can start at
+        the earliest (a colocated pool generating until then): it takes, up to the batch, what is
+        ready by then too, not only what was ready at the threshold (a colocated StaleSync step
+        that generated its round whole trained the share ready at f B and left the rest of the
+        round, ready and within the bound, to age out as stale)."""
         store = self.ctx.store
         flat, pending = store.flat(), store.pending() - store.base   # positions in the held rows
         if not len(pending):
@@ -85,7 +89,7 @@ class TrainStep:
                 t = max(t, float(np.partition(flat["ready"][current], need - 1)[need - 1]))
             elif not known_complete:
                 return math.inf, eligible[:0] + store.base
-        available = eligible[ready <= t]
+        available = eligible[ready <= max(t, starts_at)]
         return t, oldest_first(available, flat[self.age_column][available], flat["ready"][available],
                                self.batch) + store.base
 

@@ -1,0 +1,69 @@
+"""A colocated step picks its batch when its trainers start, not when the threshold share was ready.
+
+Colocated StaleSync that does not split the pool (staleness 0, or a step whose tail leaves no room)
+generates the whole round on every device and only then switches to training. The step took the
+samples ready by the moment its threshold share f B was ready (long before the round ended) and left
+the rest of the round, ready and within the bound, to be dropped as `stale` at the next step: at
+staleness 0 it trained half of every batch it had generated whole (2,048-sample batches: 1,024 trained,
+1,024 dropped, 37.5% of the generated samples) while the devices still paid the round's whole long
+tail. The invariant: no sample ready, and eligible, before a step's trainers start is left behind
+while the step trains fewer than a batch."""
+import math
+
+import pytest
+
+from simulator.api import simulate
+
+SMALL = {"workload": "grpo-qwen2.5-7b", "topology": "dgx-h100", "iterations": 3,
+         "overrides": ["topology.nodes=2", "workload.prompts_per_step=128", "workload.mini_batch_prompts=64"]}
+
+
+def _run(*overrides):
+    return simulate(None, schedule="stalesync", **{**SMALL, "overrides": [*SMALL["overrides"], *overrides]})
+
+
+def _left_behind(result) -> list[tuple[int, int, int]]:
+    """(step, trained, left): steps that trained fewer than a batch while samples ready before their
+    trainers switched to training (the step's fetch start less its switch), within the bound and
+    never consumed by an earlier step, were left for a later step or dropped."""
+    s, samples = result.summary, result.samples
+    bound, batch = s["staleness"]["bound"], s["samples"]["batch"]
+    switch_s = s["stage_time_s"]["switch_to_train"]
+    out = []
+    for row in result.iterations.itertuples():
+        k = row.iteration
+        trained = int((samples.consumed_iteration == k).sum())
+        left = samples[((samples.consumed_iteration > k) | samples.dropped)
+                       & (samples.ready <= row.start - switch_s - 1e-6)
+                       & (samples.version >= math.ceil(k - bound - 1e-9)) & (samples.version <= k)]
+        if trained < batch and len(left):
+            out.append((k, trained, len(left)))
+    return out
+
+
+def test_staleness_0_trains_the_round_it_generated():
+    """Without a split the round is generated whole before training: at a bound of 0 a step trains
+    every sample of it whose reward is in when its trainers switch (1,024 of 2,048 before); only the
+    last finishers, still being scored then, age out as stale (the colocated kind waits for them)."""
+    zero = _run("schedule.staleness=0")
+    samples, table = zero.summary["samples"], zero.samples
+    assert _left_behind(zero) == []
+    assert samples["batch"] == 2048 and samples["trained_per_step"] > 0.99 * samples["batch"]
+    stale = table[table.drop_reason == "stale"]
+    for row in zero.iterations.itertuples():   # each was scored after its round's step had switched
+        late = stale[stale["round"] == row.iteration]
+        assert (late.ready > row.start - zero.summary["stage_time_s"]["switch_to_train"] - 1e-6).all()
+    assert samples["stale_fraction"] < 0.01
+    sync = simulate(None, schedule="colocated", **SMALL).summary
+    assert zero.summary["tokens_per_s"] == pytest.approx(sync["tokens_per_s"], rel=0.01)
+    assert zero.summary["makespan_s"] == pytest.approx(sync["makespan_s"], rel=0.01)
+
+
+def test_a_step_that_runs_synchronous_takes_every_ready_sample():
+    """A partial rollout's steps that do not split (the round's budgeted segments end before a tail
+    could consolidate) took the samples ready at the threshold share and left hundreds of ready ones
+    to the next step; they now take up to a whole batch of what is ready when training starts."""
+    heavy = _run("workload.response_length.sigma=2.0", "workload.response_length.median=400",
+                 "schedule.staleness=1", "schedule.partial_rollout=true", "schedule.length_budget=1024")
+    assert _left_behind(heavy) == []
+    assert heavy.summary["samples"]["trained_per_step"] <= heavy.summary["samples"]["batch"]
