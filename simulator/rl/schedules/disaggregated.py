@@ -215,7 +215,8 @@ class Trainer:
         while True:
             for instance in run.streaming:        # what streaming engines finished so far is in the store
                 instance.store_finished(env.now)
-            t, ids = ctx.trainer.ready_time(k, run.round_known(k))
+            # a trainer free only now takes what is ready by now (oldest weights first), not by t
+            t, ids = ctx.trainer.ready_time(k, run.round_known(k), starts_at=env.now)
             if t <= env.now + TIME_TOL_S:
                 return ids
             if math.isinf(t) and gate.all_blocked(run.n_inst):
