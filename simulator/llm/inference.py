@@ -2744,6 +2744,7 @@ class _UntouchedStart:
     def __init__(self, engine: RolloutEngine) -> None:
         engine._records_shared = True          # the engine's next add rebinds the lists kept here
         self._attrs = dict(engine.__dict__)   # scalars, and the lists as they are now
+        self._attrs["_resuming"] = set(engine._resuming)   # a later add updates the engine's set in place
         self._slots = len(engine._id)
 
     def copy(self) -> RolloutEngine:

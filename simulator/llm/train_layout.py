@@ -298,8 +298,7 @@ class TrainLayout:
         n = self.recompute_num_layers
         if self.recompute != "full" or self.recompute_method != "uniform" or n == 1:
             return
-        from .memory import layout_stage_layers  # memory reads this module's TrainLayout
-        counts = sorted({len(chunk) for chunk in layout_stage_layers(int(model.num_layers), self)})
+        counts = self.chunk_layer_counts(int(model.num_layers))
         if all(count % n == 0 for count in counts):
             return
         common = math.gcd(*counts)
@@ -320,6 +319,16 @@ class TrainLayout:
                              "pipeline stage)", source=source, field=field,
                              fix=f"choose ep (and train_layout.etp) with etp x ep dividing {block}, e.g. etp: 1, "
                                  "or change tp, cp or the number of training devices")
+
+    def chunk_layer_counts(self, num_layers: int) -> list[int]:
+        """The distinct layer counts of the model chunks, ascending: the given first / last stage counts
+        and the even split's (vpp 1), else the even split of pp x vpp chunks (memory.stage_layers: ceil
+        for the first num_layers % chunks, floor for the rest)."""
+        counts = self.stage_layer_counts(num_layers)
+        if counts is not None:
+            return sorted(set(counts))
+        chunks = self.pp * self.vpp
+        return sorted({num_layers // chunks, -(-num_layers // chunks)} if num_layers % chunks else {num_layers // chunks})
 
     def stage_layer_counts(self, num_layers: int, source: str | None = None) -> tuple[int, ...] | None:
         """Layers per pipeline rank when first / last stage counts are given (None: an even split)."""

@@ -142,3 +142,21 @@ def test_block_past_a_chunks_layers_recomputes_all_of_them_as_megatron_does(pp, 
     past = _step(recompute="full", recompute_method="block", recompute_num_layers=n, pp=pp)
     at = _step(recompute="full", recompute_method="block", recompute_num_layers=whole, pp=pp)
     assert past.hardware_flops == at.hardware_flops and past.step_time_s == at.step_time_s
+
+
+def test_chunk_layer_counts_are_the_memory_models_chunk_sizes():
+    """TrainLayout.chunk_layer_counts (the uniform recompute check's, without importing llm/memory.py, which
+    imports the layout) gives the distinct sizes of memory.layout_stage_layers' chunks: even splits of
+    pp x vpp chunks, and given first / last stage counts."""
+    import itertools
+
+    from simulator.llm.memory import layout_stage_layers
+    from simulator.llm.train_layout import TrainLayout
+
+    for layers, pp, vpp in itertools.product(range(1, 40), range(1, 6), range(1, 4)):
+        if pp * vpp > layers or (vpp > 1 and pp == 1):
+            continue
+        layout = TrainLayout(tp=1, pp=pp, vpp=vpp)
+        assert layout.chunk_layer_counts(layers) == sorted({len(c) for c in layout_stage_layers(layers, layout)})
+    uneven = TrainLayout(tp=1, pp=4, pp_first_stage_layers=3, pp_last_stage_layers=2)
+    assert uneven.chunk_layer_counts(61) == [2, 3, 28] == sorted({len(c) for c in layout_stage_layers(61, uneven)})
