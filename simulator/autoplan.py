@@ -735,7 +735,9 @@ class PlannerReplanner:
         choice = TrainChoice(**{k: current[k] for k in ("tp", "pp", "vpp", "dp", "ep", "cp", "zero", "recompute",
                                                         "micro_batch")},
                              etp=current.get("etp") if self.model.is_moe else None,
-                             zero_shard_size=current.get("zero_shard_size")) if current else None
+                             zero_shard_size=current.get("zero_shard_size"),
+                             recompute_method=current.get("recompute_method", "uniform"),
+                             recompute_num_layers=current.get("recompute_num_layers", 1)) if current else None
         # judged and timed as layout: auto judges them (the run's micro-batches of drawn lengths, a
         # resident engine's share, the devices colocated StaleSync also trains on)
         params = params_beside_engine(self.sc, self.settings.rollout)

@@ -1569,6 +1569,10 @@ class TrainSoftware:
     # whole layers or none; verl's FSDP shards as ZeRO-3 or -2). Elsewhere they are the stack's defaults
     # and a given other value a what-if (the 2021 / 2022 Megatron stacks under a later distributed optimizer).
     bounded: tuple[str, ...] = ()
+    # Megatron's methods of full recompute (--recompute-method; TrainLayout.recompute_method) the stack runs and
+    # its planner searches (SearchSpace.recompute_method): "block" lets full recompute cover the first N
+    # layers of each model chunk. Where "recompute" is bounded, a train_layout away from uniform 1 is refused.
+    recompute_methods: tuple[str, ...] = ("uniform", "block")
     # Whether the routed experts take a tensor-parallel size of their own (etp 1 beside tp > 1: MoE parallel
     # folding, the experts over EP alone with the TP ranks lent to EP), which the planner then searches beside
     # etp = tp (SearchSpace.expert_tp_folding). Without it the experts split over the stack's TP as its dense
@@ -1658,6 +1662,18 @@ class TrainSoftware:
                 shown = ", ".join(map(str, offered))
                 return (key, f"{key}={value}: {self.name} runs {key} {shown} only",
                         f"set {key}: {' or '.join(map(str, offered))}, or another workload.train_software")
+        return self._unoffered_recompute_method(layout) if "recompute" in self.bounded else None
+
+    def _unoffered_recompute_method(self, layout: Mapping[str, Any]) -> tuple[str, str, str] | None:
+        """unoffered_setting's answer for a recompute_method outside recompute_methods, or a recompute_num_layers
+        above 1 on a stack that recomputes whole layers one by one only (uniform 1)."""
+        method, layers = layout.get("recompute_method"), layout.get("recompute_num_layers")
+        if method is not None and method not in self.recompute_methods:
+            return ("recompute_method", f"recompute_method={method}: {self.name} runs recompute_method "
+                    f"{', '.join(self.recompute_methods)} only", f"drop recompute_method, or {self.lacking_fix}")
+        if self.recompute_methods == ("uniform",) and layers not in (None, 1):
+            return ("recompute_num_layers", f"recompute_num_layers={layers}: {self.name} checkpoints each layer "
+                    "on its own (recompute_num_layers 1 only)", f"drop recompute_num_layers, or {self.lacking_fix}")
         return None
 
     def lacked_fix(self, key: str) -> str:
@@ -1667,7 +1683,8 @@ class TrainSoftware:
     def search_limits(self, model: Any = None) -> dict[str, list]:
         """The planner search-space fields this stack pins (`SearchSpace(**limits)`); with `model`, no
         pipeline where the stack refuses one for it (refused_tied_pipeline)."""
-        out: dict[str, list] = {"recompute": list(self.recompute), "zero": list(self.zero)}
+        out: dict[str, list] = {"recompute": list(self.recompute), "zero": list(self.zero),
+                                "recompute_method": list(self.recompute_methods)}
         piped = self.pipeline_parallel and (model is None or not self.refuses_pipelines_for(model))
         for key, offered in (("tp", self.tensor_parallel), ("pp", piped), ("vpp", piped),
                              ("cp", self.context_parallel)):
@@ -1684,6 +1701,9 @@ class TrainSoftware:
 # arXiv 2205.05198), no distributed optimizer (ZeRO 0), no context parallelism, TP all-reduces and
 # pipeline sends on the compute stream, the DP all-reduce after the flush, and blocking
 # point-to-point (batch_isend_irecv + wait + cuda.synchronize in megatron/p2p_communication.py).
+# The 2021 runs checkpoint every layer's input (Table 1's full recompute, --checkpoint-activations): the
+# planner searches that alone there; a block layout given by hand is a what-if (recompute is not bounded).
+MEGATRON_2021_RECOMPUTE_METHODS = ("uniform",)
 MEGATRON_2021 = TrainSoftware(
     name="megatron-2021",
     params=TrainParams(compute=ComputeParams(flash_attention=False),
@@ -1691,7 +1711,7 @@ MEGATRON_2021 = TrainSoftware(
                                        grad_reduce_bytes_per_param=2.0),
                        memory=MemoryParams(grad_bytes_per_param=2.0)),
     recompute=("full",), zero=(0,), sequence_parallel=False, context_parallel=False,
-    pipeline_parallel=True, tensor_parallel=True,
+    pipeline_parallel=True, tensor_parallel=True, recompute_methods=MEGATRON_2021_RECOMPUTE_METHODS,
     source="arXiv 2104.04473; NVIDIA/Megatron-LM 2021 (megatron/p2p_communication.py, schedules.py)")
 
 # Megatron-Core's MoE parallel folding: --expert-tensor-parallel-size (expert_tensor_parallel_size, tp when
@@ -1823,6 +1843,7 @@ HF_MEGATRON_BACKEND_FIX = ("pick a Megatron stack (workload.train_software: mega
 # by PreTrainedModel.gradient_checkpointing_enable; verl 0.6.1 workers/fsdp_workers.py takes it as a bool,
 # enable_gradient_checkpointing): Megatron's selective recomputation of the attention core is not there.
 HF_BOUNDED = ("recompute",)
+HF_RECOMPUTE_METHODS = ("uniform",)   # each decoder layer checkpointed on its own: no groups, no block
 HF_TRANSFORMERS = TrainSoftware(
     name="hf-transformers",
     params=TrainParams(compute=ComputeParams(norm_traffic_bytes_per_hidden=2 * HF_RMSNORM_BYTES_PER_HIDDEN,
@@ -1835,7 +1856,7 @@ HF_TRANSFORMERS = TrainSoftware(
                                            grad_buffer_persists=False)),
     recompute=("full", "none"), zero=(3, 2, 1, 0), sequence_parallel=False, context_parallel=True,
     pipeline_parallel=HF_PIPELINE_PARALLEL, tensor_parallel=True, lacking_fix=HF_MEGATRON_BACKEND_FIX,
-    bounded=HF_BOUNDED,
+    bounded=HF_BOUNDED, recompute_methods=HF_RECOMPUTE_METHODS,
     source="transformers 5.25.0 models/llama/modeling_llama.py, models/qwen2/modeling_qwen2.py (LlamaRMSNorm, "
            "apply_rotary_pos_emb, LlamaMLP, LlamaDecoderLayer)")
 

@@ -35,14 +35,21 @@ class TrainChoice:
     # ZeRO state sharded within groups of this many dp x cp ranks (TrainLayout.zero_shard_size; HSDP);
     # None: over all of them
     zero_shard_size: int | None = None
+    # Megatron's full-recompute method and its layer count (TrainLayout.recompute_method /
+    # recompute_num_layers): block N where the search found the fewest checkpointed layers that fit
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         """The layout keys; sequence_parallel only when the search chose it (None is not a layout
-        choice), etp only on an MoE model (so that `rlsim run` given the layout trains the same one)."""
+        choice), etp only on an MoE model (so that `rlsim run` given the layout trains the same one),
+        the recompute method and its layers only away from uniform 1."""
         out = asdict(self)
         for key in ("sequence_parallel", "etp", "zero_shard_size"):
             if out[key] is None:
                 del out[key]
+        if self.recompute_method == "uniform" and self.recompute_num_layers == 1:
+            del out["recompute_method"], out["recompute_num_layers"]
         return out
 
     @property

@@ -101,7 +101,8 @@ class TrainingEvaluator:
         sp = self.sequence_parallel if c.sequence_parallel is None else c.sequence_parallel
         return TrainLayout(tp=c.tp, pp=c.pp, vpp=c.vpp, dp=c.dp, ep=c.ep, cp=c.cp, zero=c.zero,
                            recompute=c.recompute, micro_batch=c.micro_batch, sequence_parallel=sp, etp=c.etp,
-                           zero_shard_size=c.zero_shard_size)
+                           zero_shard_size=c.zero_shard_size, recompute_method=c.recompute_method,
+                           recompute_num_layers=c.recompute_num_layers)
 
     def cost(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
         """The candidate's train_step_cost, after the checks that refuse it (RlsimError)."""
@@ -182,6 +183,10 @@ class TrainingEvaluator:
             mem = dataclasses.replace(mem, capacity_bytes=mem.capacity_bytes - beside[1])
         check_fits(mem, what=what, source="planner", layout=layout)
         return mem.total_bytes + (beside[1] if beside is not None else 0.0)
+
+    def judge(self, c: TrainChoice, ranks: Sequence[int]) -> None:
+        """The checks __call__ makes before timing the candidate: RlsimError where one refuses it."""
+        self._judge(c, ranks)
 
     def __call__(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation:
         """The candidate's evaluation; RlsimError where it is refused, RefusedBeforeTiming where a check

@@ -27,6 +27,7 @@ from .placement import Placement, aware_placements, naive_placement
 ZeroStage = Annotated[int, Field(ge=0, le=3)]
 
 Recompute = Literal["none", "selective", "full"]
+RecomputeMethod = Literal["uniform", "block"]
 _RECOMPUTE_ORDER = ("none", "selective", "full")  # least recomputation (fastest, most memory) first
 
 
@@ -56,6 +57,12 @@ class SearchSpace(StrictModel):
     max_ep: Size = 64
     zero: list[ZeroStage] = Field(default_factory=lambda: [0, 1, 2, 3])
     recompute: list[Recompute] = Field(default_factory=lambda: ["none", "selective", "full"])
+    # Megatron's methods of full recompute (--recompute-method, TrainLayout.recompute_method): uniform 1 (every
+    # layer's input kept, each rebuilt in its backward) and, with "block", the fewest layers a model chunk
+    # recomputed (--recompute-num-layers N: the others keep their activations) that fit, found by bisection
+    # (memory falls and time grows with N) where full recompute is the least that fits. A stack whose
+    # trainer checkpoints whole layers only offers uniform (params.TrainSoftware.recompute_methods).
+    recompute_method: list[RecomputeMethod] = Field(default_factory=lambda: ["uniform", "block"])
     micro_batch: list[Size] = Field(default_factory=lambda: [1, 2, 4, 8])
     # Sequence parallelism (arXiv 2205.05198) tried on and off; None: not searched, the stack's rule
     # (workload.train_software: on with TP for megatron-core, off for megatron-2021).
@@ -85,6 +92,15 @@ class SearchSpace(StrictModel):
         if (info.data or {}).get("etp") is not None:
             raise ValueError("qualifies etp: null (the sizes searched by default), and planner.space.etp is given: "
                              "remove expert_tp_folding, or etp")
+        return value
+
+    @field_validator("recompute_method", mode="after")
+    @classmethod
+    def _uniform_kept(cls, value: list[str]) -> list[str]:
+        """The block search starts from full uniform's fit: uniform is always tried."""
+        if "uniform" not in value:
+            raise ValueError("must hold uniform (the block search starts from a layout whose full uniform "
+                             "recompute fits): give [uniform] or [uniform, block]")
         return value
 
     def for_software(self, software: Any, model: Any = None) -> SearchSpace:
@@ -423,7 +439,8 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     rc_rank = {r: i for i, r in enumerate(_RECOMPUTE_ORDER)}
     choices.sort(key=lambda c: (_structure(c), rc_rank.get(c.recompute, 99)))
     work = _Work(topology, ranks, evaluator, global_batch * seq_len)
-    cands, refused = _first_pass(choices, work, params.dominance_prune, pruned)
+    chunk_layers = (lambda c: -(-int(model.num_layers) // (c.pp * c.vpp))) if "block" in space.recompute_method else None
+    cands, refused = _first_pass(choices, work, params.dominance_prune, pruned, chunk_layers)
     if not cands:
         worst = pruned_summary(pruned, 4) or "no layout enumerated"
         raise NoLayoutFits(f"no training layout of {getattr(model, 'name', 'the model')} fits on "
@@ -513,15 +530,30 @@ class _Work:
         finally:
             self.checks_timed += _checks_timed(self.evaluator) - before
 
+    def judge(self, c: TrainChoice, ranks: Sequence[int]) -> Evaluation | None:
+        """RlsimError where the evaluator refuses ``c``; else None, through its ``judge`` (the checks before
+        timing, charged as a refusal before timing), or, for an evaluator without one, its Evaluation."""
+        judge = getattr(self.evaluator, "judge", None)
+        if judge is None:
+            return self.evaluate(c, ranks)
+        self.evaluated += 1
+        self.refused_early += 1
+        judge(c, ranks)
+        return None
+
     def candidate(self, c: TrainChoice, placement: Placement, ev: Evaluation) -> TrainCandidate:
         return TrainCandidate(c, placement, ev, devices=len(self.ranks), tokens_per_s=self.tokens / ev.step_time_s)
 
 
-def _first_pass(choices: list[TrainChoice], work: _Work, dominance_prune: bool, pruned: Counter
+def _first_pass(choices: list[TrainChoice], work: _Work, dominance_prune: bool, pruned: Counter,
+                chunk_layers: Callable[[TrainChoice], int] | None = None
                 ) -> tuple[list[TrainCandidate], RlsimError | None]:
     """Every choice (in _structure order, least recompute first) under its first aware placement, the
     more-recompute modes of a structure that fitted skipped (dominance); the candidates that fitted and
-    the first refusal (said if none fits). ``pruned`` counts the skipped and the refused."""
+    the first refusal (said if none fits). ``pruned`` counts the skipped and the refused.
+    ``chunk_layers(choice)``: the most layers a model chunk of the choice holds, where the block method
+    is searched (_fewest_block_layers: beside a full-recompute choice that is the least of its structure
+    that fits); None: not searched."""
     fitted: set[tuple] = set()
     cands: list[TrainCandidate] = []
     first_placement: dict[tuple, Placement] = {}   # by what _placements reads of a choice
@@ -540,9 +572,39 @@ def _first_pass(choices: list[TrainChoice], work: _Work, dominance_prune: bool, 
             pruned[f"infeasible:{exc.field or 'layout'}"] += 1
             refused = refused or exc
             continue
+        least = _structure(c) not in fitted
         fitted.add(_structure(c))
         cands.append(work.candidate(c, placement, ev))
+        if chunk_layers is not None and least and c.recompute == "full" and c.recompute_method == "uniform":
+            block = _fewest_block_layers(c, placement, work, chunk_layers(c))
+            if block is not None:
+                cands.append(block)
     return cands, refused
+
+
+def _fewest_block_layers(c: TrainChoice, placement: Placement, work: _Work, layers: int) -> TrainCandidate | None:
+    """Megatron's block recompute of the fewest layers N a chunk (1 .. layers - 1) with which ``c`` (full
+    uniform recompute, the least recompute of its structure that fits) still fits, by bisection: a larger N
+    keeps fewer layers' activations (less memory, llm/memory.py) and recomputes more forwards (more time,
+    llm/training.py), so the fewest that fits is the fastest. Each probe is judged only (_Work.judge),
+    the N found then timed. None where none below ``layers`` fits."""
+    found: tuple[TrainChoice, Evaluation | None] | None = None
+    low, high = 1, layers - 1
+    while low <= high:
+        n = (low + high) // 2
+        trial = dataclasses.replace(c, recompute_method="block", recompute_num_layers=n)
+        try:
+            found = trial, work.judge(trial, placement.ranks)
+            high = n - 1
+        except RlsimError:
+            low = n + 1
+    if found is None:
+        return None
+    trial, evaluation = found
+    try:
+        return work.candidate(trial, placement, evaluation or work.evaluate(trial, placement.ranks))
+    except RlsimError:   # a check past the judge's refused it
+        return None
 
 
 def _refine(cand: TrainCandidate, work: _Work) -> None:

@@ -1,5 +1,8 @@
 """planner/search.py: how the training candidates are ranked."""
 
+from simulator.errors import RlsimError
+from simulator.planner.base import PlannerParams
+
 
 def test_at_an_equal_step_time_the_layout_with_less_memory_ranks_first():
     """ZeRO 2 beside ZeRO 1 at the same step time ranked second on the layout tuple alone (a planner
@@ -36,3 +39,132 @@ def test_a_model_whose_state_outgrows_the_devices_says_how_many_it_needs():
     assert need == 93 and info.value.field == "planner"
     # and the first layout the evaluator refused, with its own arithmetic (a forced tp hid it)
     assert "the first refused: " in info.value.message and "does not fit in device memory" in info.value.message
+
+
+def _block_evaluator(least_fitting: int, calls: list):
+    """A closed-form evaluator: none / selective never fit; full uniform fits; block N fits from
+    ``least_fitting`` layers a chunk on (memory falls with N) and costs 100 + N seconds (time grows
+    with N), full uniform 100 + the chunk's layers. ``calls`` records every (method, N) asked, and
+    whether it was judged only."""
+    from simulator.planner.base import Evaluation
+
+    def fits(c):
+        if c.recompute != "full":
+            raise RlsimError("does not fit", field="memory")
+        if c.recompute_method == "block" and c.recompute_num_layers < least_fitting:
+            raise RlsimError("does not fit", field="memory")
+
+    def evaluate(c, ranks):
+        calls.append((c.recompute_method, c.recompute_num_layers, "timed"))
+        fits(c)
+        layers = c.recompute_num_layers if c.recompute_method == "block" else 32 // (c.pp * c.vpp)
+        return Evaluation(100.0 + layers, 1.0, 0.4, 1e9, 0.0)
+
+    def judge(c, ranks):
+        calls.append((c.recompute_method, c.recompute_num_layers, "judged"))
+        fits(c)
+
+    evaluate.judge = judge
+    return evaluate
+
+
+def test_the_block_search_finds_the_fewest_recomputed_layers_that_fit_by_bisection():
+    """Where full recompute is the least that fits, the plan adds Megatron's block method at the fewest
+    layers a chunk that fit (the fastest block): each probe judged only, the one found then timed;
+    ceil(log2(chunk layers)) probes at most. Not searched without "block" in planner.space.recompute_method,
+    and as_dict keeps the method and its layers only away from uniform 1."""
+    import math
+
+    from simulator.planner.search import SearchSpace, plan_training
+    from tests.planner.test_planner import FakeModel, FakeTopology
+
+    space = SearchSpace(tp=[1], pp=[1], vpp=[1], cp=[1], zero=[1], micro_batch=[1])
+    for least in (1, 7, 31):
+        calls: list = []
+        plan = plan_training(FakeModel(), FakeTopology(1), 64, 4096, evaluator=_block_evaluator(least, calls),
+                             space=space, params=PlannerParams(refine_top=0))
+        best = plan.best.choice
+        assert (best.recompute, best.recompute_method, best.recompute_num_layers) == ("full", "block", least)
+        assert plan.best.evaluation.step_time_s == 100.0 + least
+        assert best.as_dict()["recompute_num_layers"] == least
+        probes = [call for call in calls if call[0] == "block" and call[2] == "judged"]
+        assert len(probes) <= math.ceil(math.log2(31)) and ("block", least, "timed") in calls
+        assert {(c.choice.recompute_method, c.choice.recompute_num_layers) for c in plan.candidates} == {
+            ("uniform", 1), ("block", least)}
+    calls = []
+    none_fit = plan_training(FakeModel(), FakeTopology(1), 64, 4096, evaluator=_block_evaluator(32, calls),
+                             space=space, params=PlannerParams(refine_top=0))
+    assert [c.choice.recompute_method for c in none_fit.candidates] == ["uniform"]
+    assert "recompute_method" not in none_fit.best.choice.as_dict()
+    calls = []
+    uniform_only = plan_training(FakeModel(), FakeTopology(1), 64, 4096, evaluator=_block_evaluator(1, calls),
+                                 space=space.model_copy(update={"recompute_method": ["uniform"]}),
+                                 params=PlannerParams(refine_top=0))
+    assert [c.choice.recompute_method for c in uniform_only.candidates] == ["uniform"]
+    assert all(call[0] == "uniform" for call in calls)
+
+
+def test_the_block_search_runs_only_where_full_recompute_is_the_least_that_fits():
+    """A structure whose selective recompute fits is not searched for block (dominance: the lighter mode
+    already fits); an evaluator without a judge is asked in full for each probe."""
+    from simulator.planner.base import Evaluation
+    from simulator.planner.search import SearchSpace, plan_training
+    from tests.planner.test_planner import FakeModel, FakeTopology
+
+    calls: list = []
+
+    def evaluate(c, ranks):
+        calls.append(c)
+        if c.recompute == "none" or (c.recompute_method == "block" and c.recompute_num_layers < 3):
+            raise RlsimError("does not fit", field="memory")
+        return Evaluation(100.0 + (c.recompute_num_layers if c.recompute_method == "block" else 50), 1.0, 0.4, 1e9, 0.0)
+
+    space = SearchSpace(tp=[1], pp=[1], vpp=[1], cp=[1], zero=[1], micro_batch=[1])
+    plan = plan_training(FakeModel(), FakeTopology(1), 64, 4096, evaluator=evaluate, space=space,
+                         params=PlannerParams(refine_top=0))
+    assert plan.best.choice.recompute == "selective" and not any(c.recompute_method == "block" for c in calls)
+    calls.clear()
+    no_selective = plan_training(FakeModel(), FakeTopology(1), 64, 4096, evaluator=evaluate,
+                                 space=space.model_copy(update={"recompute": ["none", "full"]}),
+                                 params=PlannerParams(refine_top=0))
+    assert (no_selective.best.choice.recompute_method, no_selective.best.choice.recompute_num_layers) == ("block", 3)
+
+
+def test_a_recompute_method_list_without_uniform_is_refused():
+    import pytest
+    from pydantic import ValidationError
+
+    from simulator.planner.search import SearchSpace
+
+    with pytest.raises(ValidationError, match="must hold uniform"):
+        SearchSpace(recompute_method=["block"])
+
+
+def test_the_block_layers_found_are_the_fewest_that_fit_by_the_real_memory_model():
+    """Qwen2.5-7B, 64 sequences of 16,384 tokens on one DGX H100 at TP 2: no recompute does not fit,
+    full uniform does; the plan's block layout is the fewest layers a chunk that the trainer's own memory
+    check accepts (every N tried in turn: memory falls with N), and it is faster than full uniform."""
+    import dataclasses
+
+    from simulator.hardware.topology import load_topology
+    from simulator.llm.architecture import load_model
+    from simulator.planner.evaluate import TrainingEvaluator
+    from simulator.planner.search import SearchSpace, plan_training
+
+    model, topology = load_model("qwen2.5-7b"), load_topology({"preset": "dgx-h100", "nodes": 1})
+    space = SearchSpace(tp=[2], pp=[1], vpp=[1], cp=[1], zero=[1], micro_batch=[1])
+    plan = plan_training(model, topology, 64, 16384, space=space, top=4)
+    block = [c for c in plan.candidates if c.choice.recompute_method == "block"]
+    uniform = [c for c in plan.candidates if c.choice.recompute == "full" and c.choice.recompute_method == "uniform"]
+    assert len(block) == 1 and len(uniform) == 1 and plan.best is block[0]
+    evaluator, ranks = TrainingEvaluator(model, topology, 64, 16384), block[0].placement.ranks
+
+    def fits(n):
+        try:
+            evaluator.judge(dataclasses.replace(block[0].choice, recompute_num_layers=n), ranks)
+        except RlsimError:
+            return False
+        return True
+    verdicts = [fits(n) for n in range(1, model.num_layers)]
+    assert verdicts == sorted(verdicts) and verdicts.index(True) + 1 == block[0].choice.recompute_num_layers
+    assert block[0].evaluation.step_time_s < uniform[0].evaluation.step_time_s

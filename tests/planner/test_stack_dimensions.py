@@ -54,7 +54,8 @@ def test_the_megatron_stacks_run_every_dimension_and_the_hf_stacks_no_pipeline()
         assert stack.tensor_parallel is (name not in ("verl-fsdp", "verl-fsdp-liger", "skyrl-fsdp", "trl", "trl-liger"))
     assert not TRL_ACCELERATE.context_parallel and not TRL_ACCELERATE_LIGER.context_parallel
     assert VERL_FSDP.context_parallel and SKYRL_FSDP.context_parallel   # Ulysses
-    assert HF_TRANSFORMERS.search_limits() == {"recompute": ["full", "none"], "zero": [3, 2, 1, 0], "pp": [1], "vpp": [1]}
+    assert HF_TRANSFORMERS.search_limits() == {"recompute": ["full", "none"], "zero": [3, 2, 1, 0], "pp": [1], "vpp": [1],
+                                               "recompute_method": ["uniform"]}
     # verl's FSDP shards as ZeRO-3, or ZeRO-2 without reshard_after_forward (get_sharding_strategy)
     assert VERL_FSDP.search_limits() == {**HF_TRANSFORMERS.search_limits(), "tp": [1], "zero": [3, 2]}
     assert TRL_ACCELERATE.search_limits() == {**HF_TRANSFORMERS.search_limits(), "tp": [1], "cp": [1]}
@@ -64,9 +65,10 @@ def test_the_megatron_stacks_run_every_dimension_and_the_hf_stacks_no_pipeline()
     assert SKYRL_FSDP.search_limits() == {**HF_TRANSFORMERS.search_limits(), "tp": [1], "zero": [3]}
     assert AREAL_FSDP.sequence_parallel is None   # its TP plan shards the norms' sequence whenever t > 1
     # AReaL's archon engine: torchtitan's FSDP2 (ZeRO 3), TP, Ulysses cp and pipeline stages
-    assert AREAL_ARCHON.search_limits() == {"recompute": ["full", "none"], "zero": [3]}
+    assert AREAL_ARCHON.search_limits() == {"recompute": ["full", "none"], "zero": [3], "recompute_method": ["uniform"]}
     assert AREAL_ARCHON.sequence_parallel is None and AREAL_ARCHON.lacked_dimension({"tp": 2, "pp": 2, "vpp": 2, "cp": 2}) is None
-    assert MEGATRON_CORE.search_limits() == {"recompute": ["selective", "none", "full"], "zero": [1, 0, 2, 3]}
+    assert MEGATRON_CORE.search_limits() == {"recompute": ["selective", "none", "full"], "zero": [1, 0, 2, 3],
+                                             "recompute_method": ["uniform", "block"]}
 
 
 def test_a_trainers_stack_prices_what_its_model_code_stack_prices():
@@ -253,3 +255,25 @@ def test_a_failure_replan_keeps_to_the_stacks_zero_stages_and_recompute_modes():
     # a running layout off the stack's stages (given by hand) is kept among the candidates, not an error
     off = dict(args, current=TrainChoice(1, 1, 1, 8, 1, 1, 1, "full", 1))
     assert replan_on_failure(model, topo, 64, 4096, software=VERL_FSDP, **off).layout["zero"] in (1, 2)
+
+
+@pytest.mark.parametrize(("layout", "field", "says"), [
+    ({"recompute_method": "block", "recompute_num_layers": 4}, "recompute_method",
+     "verl-fsdp runs recompute_method uniform only"),
+    ({"recompute_num_layers": 4}, "recompute_num_layers", "verl-fsdp checkpoints each layer on its own")])
+def test_a_trainer_that_checkpoints_whole_layers_refuses_megatrons_recompute_methods(layout, field, says):
+    """transformers' gradient checkpointing wraps each decoder layer (HF_RECOMPUTE_METHODS): Megatron's block
+    method or groups of layers are refused on its stacks, naming the field; uniform 1 given is accepted, and a
+    Megatron stack (not bounded) takes the block layout."""
+    from simulator.scenario import load_scenario
+
+    def load(software, extra):
+        train_layout = {"tp": 1, "zero": 3, "recompute": "full", **extra}
+        return load_scenario({"topology": {"preset": "dgx-h100", "nodes": 1},
+                              "workload": {"preset": "grpo-qwen2.5-7b", "train_software": software,
+                                           "train_layout": train_layout}})
+    with pytest.raises(RlsimError, match=says) as info:
+        load("verl-fsdp", layout)
+    assert info.value.field == f"workload.train_layout.{field}" and "strategy=megatron" in info.value.message
+    load("verl-fsdp", {"recompute_method": "uniform", "recompute_num_layers": 1})
+    load("megatron-core", layout)
