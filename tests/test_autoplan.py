@@ -44,3 +44,27 @@ def test_a_planned_replica_that_no_colocated_pool_holds_is_not_chosen():
         simulator.simulate(sc, keep_samples=False)
     assert info.value.field == "planner"
     assert "no training layout of qwen2.5-7b fits on 16 devices" in str(info.value)
+
+
+def test_an_auto_layout_that_needs_recompute_trains_the_fewest_block_layers_the_planner_found():
+    """layout: auto where full recompute is the least that fits (Qwen2.5-7B, rows of ~17k tokens, TP 2
+    without sequence parallelism on one DGX H100): the planner's block layout (planner.space.recompute_method)
+    is the one the run trains, method and layers in summary.layouts; with uniform only it trains full uniform,
+    in a longer update."""
+    from simulator.api import simulate
+
+    def run(methods):
+        return simulate({"topology": {"preset": "dgx-h100", "nodes": 1},
+                         "workload": {"preset": "grpo-qwen2.5-7b", "prompts_per_step": 16, "mini_batch_prompts": 16,
+                                      "samples_per_prompt": 8, "train_layout": "auto",
+                                      "response_length": {"dist": "lognormal", "median": 12000, "sigma": 0.2,
+                                                          "max": 16384}},
+                         "planner": {"space": {"cp": [1], "tp": [2], "pp": [1], "zero": [1], "sequence_parallel": [False],
+                                               "recompute_method": methods}}, "iterations": 1})
+    block, uniform = run(["uniform", "block"]), run(["uniform"])
+    trained = block.summary["layouts"]["train"]
+    assert (trained["recompute"], trained["recompute_method"]) == ("full", "block")
+    assert 1 <= trained["recompute_num_layers"] < 28
+    assert block.summary["auto_layout"]["train"]["layout"]["recompute_num_layers"] == trained["recompute_num_layers"]
+    assert "recompute_method" not in uniform.summary["layouts"]["train"]
+    assert block.summary["stage_time_s"]["train_actor"] < uniform.summary["stage_time_s"]["train_actor"]

@@ -124,6 +124,13 @@ class PlannerParams(StrictModel):
     # latest batches, then the step) and is charged eval_cost_s each (an evaluator's checks_timed,
     # search._Work), against which a refusal's ~0.33 ms is about 0.07 of a query's 5 ms.
     refused_cost_fraction: float = Field(0.05, ge=0)
+    # The most of a step the recompute of full uniform recompute can take: it runs each layer's forward again,
+    # and a layer's backward is at least its forward (two GEMMs for each of the forward's), so the recompute
+    # is at most a third of the compute (a quarter at Megatron's FLOP counts: eq. 3, 72 -> 96) and a block
+    # layout's step at least the full one's (1 - this). Bounds the block search (search._add_block_layouts):
+    # a layout whose full-recompute step less this share cannot rank among the plan's kept ones is not
+    # searched. 1 searches every one.
+    recompute_step_share_max: float = Field(1 / 3, ge=0, le=1)
     fixed_cost_s: float = Field(0.0, ge=0)  # the search has no fixed part; restarting a job is RecoveryParams.restart_s
 
     def search_cost_s(self, timed: int, refused: int = 0, *, fixed: bool = True) -> float:

@@ -7,6 +7,7 @@ pass closed-form fakes.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
@@ -439,8 +440,7 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     rc_rank = {r: i for i, r in enumerate(_RECOMPUTE_ORDER)}
     choices.sort(key=lambda c: (_structure(c), rc_rank.get(c.recompute, 99)))
     work = _Work(topology, ranks, evaluator, global_batch * seq_len)
-    chunk_layers = (lambda c: -(-int(model.num_layers) // (c.pp * c.vpp))) if "block" in space.recompute_method else None
-    cands, refused = _first_pass(choices, work, params.dominance_prune, pruned, chunk_layers)
+    cands, refused, full_least = _first_pass(choices, work, params.dominance_prune, pruned)
     if not cands:
         worst = pruned_summary(pruned, 4) or "no layout enumerated"
         raise NoLayoutFits(f"no training layout of {getattr(model, 'name', 'the model')} fits on "
@@ -449,6 +449,9 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                            + (f"; the first refused: {refused.message}" if refused is not None else ""),
                            field="planner", fix=_fix_for_none(pruned, model),
                            planning_cost_s=params.search_cost_s(work.timed_queries, work.refused_early))
+    if "block" in space.recompute_method:
+        _add_block_layouts(cands, full_least, work, int(model.num_layers), max(params.refine_top, top or 0, 1),
+                           params.recompute_step_share_max)
     cands.sort(key=_rank_key)
     first_pass = [dataclasses.replace(cand) for cand in cands]   # before the leaders' refinement changes them
     leaders = cands[: max(params.refine_top, top or 0)]
@@ -545,17 +548,16 @@ class _Work:
         return TrainCandidate(c, placement, ev, devices=len(self.ranks), tokens_per_s=self.tokens / ev.step_time_s)
 
 
-def _first_pass(choices: list[TrainChoice], work: _Work, dominance_prune: bool, pruned: Counter,
-                chunk_layers: Callable[[TrainChoice], int] | None = None
-                ) -> tuple[list[TrainCandidate], RlsimError | None]:
+def _first_pass(choices: list[TrainChoice], work: _Work, dominance_prune: bool, pruned: Counter
+                ) -> tuple[list[TrainCandidate], RlsimError | None, list[TrainCandidate]]:
     """Every choice (in _structure order, least recompute first) under its first aware placement, the
-    more-recompute modes of a structure that fitted skipped (dominance); the candidates that fitted and
-    the first refusal (said if none fits). ``pruned`` counts the skipped and the refused.
-    ``chunk_layers(choice)``: the most layers a model chunk of the choice holds, where the block method
-    is searched (_fewest_block_layers: beside a full-recompute choice that is the least of its structure
-    that fits); None: not searched."""
+    more-recompute modes of a structure that fitted skipped (dominance); the candidates that fitted, the
+    first refusal (said if none fits) and those of full uniform recompute that are the least recompute of
+    their structure that fits (where the block method may fit with less: _add_block_layouts). ``pruned``
+    counts the skipped and the refused."""
     fitted: set[tuple] = set()
     cands: list[TrainCandidate] = []
+    full_least: list[TrainCandidate] = []
     first_placement: dict[tuple, Placement] = {}   # by what _placements reads of a choice
     refused: RlsimError | None = None
     for c in choices:
@@ -575,11 +577,28 @@ def _first_pass(choices: list[TrainChoice], work: _Work, dominance_prune: bool, 
         least = _structure(c) not in fitted
         fitted.add(_structure(c))
         cands.append(work.candidate(c, placement, ev))
-        if chunk_layers is not None and least and c.recompute == "full" and c.recompute_method == "uniform":
-            block = _fewest_block_layers(c, placement, work, chunk_layers(c))
-            if block is not None:
-                cands.append(block)
-    return cands, refused
+        if least and c.recompute == "full" and c.recompute_method == "uniform":
+            full_least.append(cands[-1])
+    return cands, refused, full_least
+
+
+def _add_block_layouts(cands: list[TrainCandidate], full_least: list[TrainCandidate], work: _Work, layers: int,
+                       keep: int, share_max: float) -> None:
+    """Beside each of ``full_least`` (full uniform recompute, the least recompute of its structure that
+    fits), the block layout of the fewest layers a chunk that fits (_fewest_block_layers), fastest first,
+    where it could still rank among the ``keep`` fastest: a block step is at least the full one less its
+    recompute, at most ``share_max`` of it (PlannerParams.recompute_step_share_max); the others are not
+    searched."""
+    ranked = sorted(cand.evaluation.step_time_s for cand in cands)
+    for full in sorted(full_least, key=_rank_key):
+        bar = ranked[keep - 1] if len(ranked) >= keep else math.inf
+        if full.evaluation.step_time_s * (1 - share_max) >= bar:
+            break   # sorted: no later one can rank either
+        chunk = -(-layers // (full.choice.pp * full.choice.vpp))
+        block = _fewest_block_layers(full.choice, full.placement, work, chunk)
+        if block is not None:
+            cands.append(block)
+            ranked.insert(bisect.bisect(ranked, block.evaluation.step_time_s), block.evaluation.step_time_s)
 
 
 def _fewest_block_layers(c: TrainChoice, placement: Placement, work: _Work, layers: int) -> TrainCandidate | None:

@@ -168,3 +168,37 @@ def test_the_block_layers_found_are_the_fewest_that_fit_by_the_real_memory_model
     verdicts = [fits(n) for n in range(1, model.num_layers)]
     assert verdicts == sorted(verdicts) and verdicts.index(True) + 1 == block[0].choice.recompute_num_layers
     assert block[0].evaluation.step_time_s < uniform[0].evaluation.step_time_s
+
+
+def test_the_block_search_skips_layouts_whose_full_recompute_step_cannot_rank():
+    """A block step is at least the full-recompute one less its recompute (PlannerParams.recompute_step_share_max,
+    a third): beside a layout without recompute at 50 s, a full-recompute one at 132 s (at best 88 s in block)
+    is not searched for the one layout kept; with the share 1 it is, and at top 2 (two kept) too."""
+    from simulator.planner.base import Evaluation
+    from simulator.planner.search import SearchSpace, plan_training
+    from tests.planner.test_planner import FakeModel, FakeTopology
+
+    calls: list = []
+
+    def evaluate(c, ranks):
+        calls.append(c)
+        if c.tp == 2:
+            return Evaluation(50.0 if c.recompute == "none" else 60.0, 1.0, 0.4, 1e9, 0.0)
+        if c.recompute != "full":
+            raise RlsimError("does not fit", field="memory")
+        return Evaluation(100.0 + (c.recompute_num_layers if c.recompute_method == "block" else 32), 1.0, 0.4, 1e9, 0.0)
+
+    space = SearchSpace(tp=[1, 2], pp=[1], vpp=[1], cp=[1], zero=[1], micro_batch=[1])
+
+    def blocks(**kwargs):
+        calls.clear()
+        top = kwargs.pop("top", None)
+        plan = plan_training(FakeModel(), FakeTopology(1), 64, 4096, evaluator=evaluate, space=space, top=top,
+                             params=PlannerParams(refine_top=0, **kwargs))
+        return [c for c in calls if c.recompute_method == "block"], plan
+    skipped, plan = blocks()
+    assert skipped == [] and plan.best.choice.tp == 2
+    searched, plan = blocks(recompute_step_share_max=1.0)
+    assert searched and plan.best.choice.tp == 2
+    kept_two, plan = blocks(top=2)
+    assert kept_two and [c.choice.recompute_method for c in plan.candidates] == ["uniform", "block"]
