@@ -427,18 +427,22 @@ def _run_planned(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: 
         plan = _auto_plan(planned, topology, trained)       # layout: auto -> the planner
         costs = LlmCosts(sc, topology, auto_layouts=plan.layouts if plan else None)
         replanner = None
-        if sc.schedule.failures:
+        if sc.schedule.failures:   # its re-plans judge the batches that broke an earlier run too
             from .autoplan import PlannerReplanner
-            replanner = PlannerReplanner(sc, topology)
+            replanner = PlannerReplanner(sc, topology, trained)
         try:
             rec = run_schedule(sc, costs, topology.num_devices, _sampler(prompt), _sampler(resp),
                                start_s=plan.planning_cost_s if plan else 0.0, replanner=replanner, progress=progress,
                                keep_samples=keep_samples)
         except HeavierBatchThanPlanned as exc:
             layout = plan.layouts["train"] if plan else {}
-            if len(tried) + 1 >= AUTO_LAYOUT_PLANS or any(t["layout"] == layout for t in tried):
+            # a layout planned again that a batch already broke would break again; a failure's re-plan
+            # (its refused layout not the plan's) judges the batch in the next run and may change
+            refused_planned = exc.layout is None or exc.layout == layout
+            if len(tried) + 1 >= AUTO_LAYOUT_PLANS or (refused_planned and any(t["layout"] == layout for t in tried)):
                 raise
-            tried.append({"layout": dict(layout), "did_not_fit": exc.memory_message})
+            tried.append({"layout": dict(layout), "did_not_fit": exc.memory_message,
+                          **({} if refused_planned else {"refused_replanned_layout": dict(exc.layout)})})
             trained.append(exc.batch)
             continue
         if tried:   # said in the summary (auto_layout.replanned) and its notes

@@ -363,6 +363,7 @@ def consolidated_train_devices(sc: Scenario, pool: int) -> int | None:
     instance = _tail_instance_devices(sc)
     if instance is None:
         return None
+    pool = (pool // instance) * instance   # the run's pool holds whole rollout instances (failures' survivors)
     tail = max(1, math.floor(sc.schedule.consolidate_share * (pool // instance)))
     return pool - tail * instance
 
@@ -714,8 +715,11 @@ class _AcceptedFirst:
 class PlannerReplanner:
     """schedule.failures -> planner.replan_on_failure on the pool's survivors (rl/schedules/failures.py)."""
 
-    def __init__(self, sc: Scenario, topology: Any):
+    def __init__(self, sc: Scenario, topology: Any, trained: Sequence[np.ndarray] = ()):
+        """``trained``: batches an earlier run trained that did not fit a layout (api._run_planned): each
+        re-plan judges memory on them beside the drawn ones, as `layout: auto`'s plan does."""
         self.sc, self.topology = sc, topology
+        self.trained = list(trained)
         self.model = with_lora(load_model(sc.workload.model, field="workload.model", source=sc.source),
                                sc.workload.lora, sc.source)
         self.settings = planner_settings(sc.planner, source=sc.source)
@@ -743,10 +747,10 @@ class PlannerReplanner:
         params = params_beside_engine(self.sc, self.settings.rollout)
         base = TrainingEvaluator.for_workload(self.model, self.topology, batch, row, self.sc.workload,
                                               params=params, beside=updates_beside(self.sc, params),
-                                              heaviest=heaviest_micro_batch_of(self.sc, row),
+                                              heaviest=heaviest_micro_batch_of(self.sc, row, self.trained),
                                               also_trains_on=lambda n: consolidated_train_devices(self.sc, n),
                                               step_sequences=step_sequences_of(self.sc, row),
-                                              micro_batch_counts=micro_batch_counts_of(self.sc, row),
+                                              micro_batch_counts=micro_batch_counts_of(self.sc, row, self.trained),
                                               packing=step_packing(self.sc))
         evaluator = _AcceptedFirst(base, accept) if accept is not None else base
         wide = train_space(self.settings.space, self.sc.workload.train_software, self.sc.planner, packed_step=True,

@@ -202,6 +202,9 @@ def test_colocated_stalesync_layouts_are_judged_on_the_pool_beside_its_largest_t
     tail = int(0.5 * (384 // instance))
     assert consolidated_train_devices(sc, 384) == 384 - tail * instance
     assert consolidated_train_devices(load_scenario(None, schedule="colocated"), 384) is None
+    # survivors of a lost node (376) keep whole rollout instances (352, rl/schedules/colocated.py
+    # _failure): the run consolidates from those, so the judged pool is theirs (was 376 - 160 = 216)
+    assert consolidated_train_devices(sc, 376) == consolidated_train_devices(sc, 352) == 352 - int(0.5 * 11) * 32
     topology, model = load_topology(sc.topology), load_model(sc.workload.model)
     choice = TrainChoice(tp=8, pp=1, vpp=1, dp=24, ep=16, cp=2, zero=2, recompute="none", micro_batch=1, etp=8)
 
@@ -505,3 +508,60 @@ def test_plan_model_over_a_fuse_actor_scenario_judges_the_aux_pool_with_that_mod
         rows.append(json.loads(capsys.readouterr().out))
     assert rows[0] == rows[1]
     assert rows[0][0]["layout"]["tp"] == 4 and rows[0][0]["layout"]["cp"] == 2
+
+
+def test_an_update_that_does_not_fit_beside_the_reference_on_a_planned_layout_is_planned_again():
+    """The update beside the frozen models' weights (LlmCosts._check_beside) on a layout the planner chose
+    is a memory miss like train_step_cost's own: HeavierBatchThanPlanned, carrying the batch and the layout
+    it did not fit (a failure's re-plan refused such a layout and the run stopped, a planner review), which
+    the run's next plan (and its re-plans: PlannerReplanner's trained batches) judge."""
+    import numpy as np
+
+    from simulator.errors import RlsimError
+    from simulator.llm.train_layout import TrainLayout
+    from simulator.rl.llm_costs import HeavierBatchThanPlanned, LlmCosts
+    from simulator.scenario import load_scenario
+
+    planned = LlmCosts.__new__(LlmCosts)
+    planned.scenario = load_scenario(None, overrides=["workload.train_layout=auto"])
+    miss = RlsimError("the actor's update needs 127.3 GB per device", field="workload.reference_cpu_offload")
+    layout = TrainLayout(tp=2, cp=2, dp=88, ep=8, etp=1, zero=3, recompute="full", recompute_method="block",
+                         recompute_num_layers=59)
+    note = planned._planned_layout_note(miss, np.array([4096, 8192]), layout, memory_miss=True)
+    assert isinstance(note, HeavierBatchThanPlanned) and note.batch.tolist() == [4096, 8192]
+    assert note.layout["recompute_num_layers"] == 59 and "dp" not in note.layout
+    assert planned._planned_layout_note(miss, np.array([1]), layout) is miss   # not read as one from its words
+    given = LlmCosts.__new__(LlmCosts)
+    given.scenario = load_scenario(None)
+    assert given._planned_layout_note(miss, np.array([1]), layout, memory_miss=True) is miss
+
+
+def test_a_batch_that_broke_a_replanned_layout_runs_again_with_the_same_plan(monkeypatch):
+    """A refusal of a failure's re-planned layout (HeavierBatchThanPlanned.layout not the plan's) runs the
+    scenario again even where the plan repeats its layout: the re-plans judge the batch then
+    (PlannerReplanner's trained batches); the run says so in auto_layout.replanned."""
+    import numpy as np
+
+    from simulator import api
+    from simulator.errors import RlsimError
+    from simulator.rl.llm_costs import HeavierBatchThanPlanned
+
+    real, calls, seen = api.run_schedule, [], []
+
+    def broke_once(sc, costs, *args, replanner=None, **kwargs):
+        calls.append(1)
+        seen.append(list(replanner.trained))
+        if len(calls) <= 2:   # twice: the plan's layout repeats, the re-plans judge one batch more each time
+            raise HeavierBatchThanPlanned(RlsimError("the actor's update needs 81.0 GB per device"),
+                                          np.array([9000, 9000 + len(calls)]), {"tp": 2, "recompute": "full"})
+        return real(sc, costs, *args, replanner=replanner, **kwargs)
+    monkeypatch.setattr(api, "run_schedule", broke_once)
+    summary = api.simulate(None, topology={"preset": "dgx-h100", "nodes": 1}, iterations=1,
+                           overrides=["workload.preset=grpo-qwen2.5-7b", "workload.prompts_per_step=16",
+                                      "workload.mini_batch_prompts=16",
+                                      "workload.train_layout=auto", "schedule.kind=colocated",
+                                      "schedule.failures=[{at_s: 1.0e9, fail: 'device:3'}]"]).summary
+    first, second = summary["auto_layout"]["replanned"]
+    assert first["refused_replanned_layout"] == {"tp": 2, "recompute": "full"} and len(calls) == 3
+    assert first["layout"] == second["layout"] == summary["auto_layout"]["train"]["layout"]
+    assert seen[0] == [] and [batch.tolist() for batch in seen[2]] == [[9000, 9001], [9000, 9002]]

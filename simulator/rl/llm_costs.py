@@ -179,7 +179,7 @@ class HeavierBatchThanPlanned(RlsimError):
     """The training layout that `layout: auto` planned ran out of memory on a batch the run trained:
     heavier than the drawn batches the planner judged. ``batch``: that batch's sequence lengths."""
 
-    def __init__(self, exc: RlsimError, batch: np.ndarray) -> None:
+    def __init__(self, exc: RlsimError, batch: np.ndarray, layout: dict[str, Any] | None = None) -> None:
         super().__init__(exc.message + "; layout: auto planned memory on drawn batches of independent lengths, and "
                          "this step trained a heavier one", source=exc.source, field=exc.field,
                          fix="narrow the plan (--set planner.space.recompute=[full], or planner.space.micro_batch) "
@@ -187,8 +187,9 @@ class HeavierBatchThanPlanned(RlsimError):
         self.fields = list(exc.fields)
         self.memory_message = exc.message
         self.batch = batch
+        self.layout = layout   # the training layout the batch did not fit (dp left out); None: not said
         self.text = super().__str__()
-        self.args = (exc, batch)   # SimPy hands a process's failure on as type(exc)(*exc.args)
+        self.args = (exc, batch, layout)   # SimPy hands a process's failure on as type(exc)(*exc.args)
 
     def __str__(self) -> str:
         return self.text
@@ -1349,10 +1350,13 @@ class LlmCosts:
                                 source=self.source, scored=heads)
         except RlsimError as exc:
             raise self._planned_layout_note(self._beside_the_engine(self._in_the_layouts_terms(
-                exc, lay, self.layout(n_devices).micro_batch)), seq_lens) from None
+                exc, lay, self.layout(n_devices).micro_batch)), seq_lens, self.layout(n_devices)) from None
         frozen = self._frozen_bytes(role, self.layout(n_devices), pool.hbm_bytes)
         beside = self._beside_bytes(role, pool) + sum(frozen.values())
-        self._check_beside(role, c.memory, beside, frozen)
+        try:
+            self._check_beside(role, c.memory, beside, frozen)
+        except RlsimError as exc:   # a planned layout's memory miss, as train_step_cost's own above
+            raise self._planned_layout_note(exc, seq_lens, self.layout(n_devices), memory_miss=True) from None
         chain = c.critical_stages()
         parts = [(f"stage {st}", sec) for st, sec in enumerate(chain["ops_s_by_stage"])]
         parts += [(part, chain[f"{part}_s"]) for part in ("p2p", "dp_sync", "optimizer", "offload")]
@@ -1483,14 +1487,20 @@ class LlmCosts:
                             exc.fix.replace(SMALLER_MICRO_BATCH, "shorter packed rows (schedule.pack_tokens)")
                             if exc.fix and given_rows == 1 else exc.fix)
 
-    def _planned_layout_note(self, exc: RlsimError, seq_lens: Any) -> RlsimError:
+    def _planned_layout_note(self, exc: RlsimError, seq_lens: Any, layout: TrainLayout,
+                             memory_miss: bool | None = None) -> RlsimError:
         """A memory error on a layout the planner chose (layout: auto) says why the plan did not see it:
         it judged memory on drawn batches of independent lengths, and the run trained a heavier one
         (colocated StaleSync trains its consolidated tail: long samples together). It carries that
-        batch, so the run can plan again with it (api._simulate)."""
-        if self.scenario.workload.train_layout != "auto" or "does not fit in device memory" not in exc.message:
+        batch and the ``layout`` it did not fit (the planned one, or a failure's re-plan), so the run can
+        plan again with it (api._run_planned). ``memory_miss``: whether ``exc`` is a memory miss (None:
+        train_step_cost's check, read from its message; _check_beside's, the update beside what other
+        models keep, is one)."""
+        miss = "does not fit in device memory" in exc.message if memory_miss is None else memory_miss
+        if self.scenario.workload.train_layout != "auto" or not miss:
             return exc
-        return HeavierBatchThanPlanned(exc, np.asarray(seq_lens, np.int64))
+        refused = {key: value for key, value in layout.as_dict().items() if key != "dp"}
+        return HeavierBatchThanPlanned(exc, np.asarray(seq_lens, np.int64), refused)
 
     def reward_cpu_s(self, prompt_lens, response_lens) -> np.ndarray:
         """Each sample's rule-reward time on one host worker (workload.reward cpu_s_* fields): a
