@@ -448,29 +448,29 @@ def _run_planned(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: 
         if tried:   # said in the summary (auto_layout.replanned) and its notes
             plan.detail["replanned"] = tried
         if plan is not None and plan.consolidating_train:
-            return _faster_of_two(sc, topology, prompt, resp, progress, keep_samples, (rec, costs, plan), replanner)
+            return _faster_of_two(sc, topology, prompt, resp, progress, keep_samples, (rec, costs, plan), replanner,
+                                  (planned, trained))
         return rec, costs, plan
 
 
 def _faster_of_two(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: LengthDistribution, progress: Any,
-                   keep_samples: bool, first: tuple[Any, Any, Any], replanner: Any) -> tuple[Any, Any, Any]:
+                   keep_samples: bool, first: tuple[Any, Any, Any], replanner: Any,
+                   planning: tuple[Scenario, list[Any]]) -> tuple[Any, Any, Any]:
     """Colocated StaleSync under `layout: auto` whose fastest training layout leaves no room beside
     the tail (it runs synchronous) against the fastest that does (it consolidates, training on
     fewer devices): both run, the one with the higher steady tokens/s is kept and both are said in
     auto_layout.train.compared. The planner ranks training alone: it took 384-device groups on the
     default scenario (58.1k tokens/s, synchronous; 70.9k consolidating), and a consolidating layout
-    can also lose (dapo-qwen2.5-32b on 2 DGX H100 nodes: 14.2k s against 11.9k s a step)."""
+    can also lose (dapo-qwen2.5-32b on 2 DGX H100 nodes: 14.2k s against 11.9k s a step). A trained
+    batch the consolidating layout does not fit plans it again with that batch, as _run_planned does
+    (``planning``: the scenario it plans with and the batches judged so far), up to AUTO_LAYOUT_PLANS;
+    the layouts it broke are said in auto_layout.train.consolidating_replanned."""
     from . import metrics  # pandas: after the run (see the TYPE_CHECKING note)
-    from .rl.llm_costs import HeavierBatchThanPlanned, LlmCosts
     rec, costs, plan = first
-    layouts = {**plan.layouts, "train": plan.consolidating_train}
-    other_costs = LlmCosts(sc, topology, auto_layouts=layouts)
-    try:
-        other = run_schedule(sc, other_costs, topology.num_devices, _sampler(prompt), _sampler(resp),
-                             start_s=plan.planning_cost_s, replanner=replanner, progress=progress,
-                             keep_samples=keep_samples)
-    except HeavierBatchThanPlanned:
+    ran = _consolidating_run(sc, topology, prompt, resp, progress, keep_samples, plan, replanner, planning)
+    if ran is None:
         return first
+    other, other_costs, layouts = ran
     rates = [metrics.steady_state(rec)[1], metrics.steady_state(other)[1]]
     plan.detail["train"]["compared"] = [
         {"layout": dict(plan.layouts["train"]), "consolidates": False, "steady_tokens_per_s": rates[0]},
@@ -480,6 +480,40 @@ def _faster_of_two(sc: Scenario, topology: Any, prompt: LengthDistribution, resp
     plan.layouts = layouts
     plan.detail["train"]["layout"] = dict(plan.consolidating_train)
     return other, other_costs, plan
+
+
+def _consolidating_run(sc: Scenario, topology: Any, prompt: LengthDistribution, resp: LengthDistribution,
+                       progress: Any, keep_samples: bool, plan: Any, replanner: Any,
+                       planning: tuple[Scenario, list[Any]]) -> tuple[Any, Any, dict[str, Any]] | None:
+    """(record, costs, layouts) of _faster_of_two's run on ``plan``'s consolidating training layout,
+    planned again with each trained batch it did not fit (its planning cost the latest plan's, as
+    _run_planned charges it); None where a plan repeats a layout that broke or AUTO_LAYOUT_PLANS ran
+    out. ``plan.consolidating_train`` becomes the layout that ran."""
+    from .rl.llm_costs import HeavierBatchThanPlanned, LlmCosts
+    planned, trained = planning[0], list(planning[1])
+    start_s, broke = plan.planning_cost_s, []
+    while True:
+        layouts = {**plan.layouts, "train": plan.consolidating_train}
+        costs = LlmCosts(sc, topology, auto_layouts=layouts)
+        try:
+            record = run_schedule(sc, costs, topology.num_devices, _sampler(prompt), _sampler(resp), start_s=start_s,
+                                  replanner=replanner, progress=progress, keep_samples=keep_samples)
+        except HeavierBatchThanPlanned as exc:
+            broke.append({"layout": dict(plan.consolidating_train), "did_not_fit": exc.memory_message})
+            trained.append(exc.batch)
+            again = _auto_plan(planned, topology, trained) if len(broke) < AUTO_LAYOUT_PLANS else None
+            layout = again.consolidating_train if again is not None else None
+            if not layout or any(b["layout"] == layout for b in broke):
+                return None
+            plan.consolidating_train, start_s = layout, again.planning_cost_s
+            plan.planning_cost_s = plan.detail["planning_cost_s"] = start_s   # what the run charges now
+            plan.detail["train"].update({key: again.detail["train"][key] for key in ("evaluated", "planning_cost_s")})
+            if replanner is not None:   # the failures' re-plans judge the batches too
+                replanner = type(replanner)(sc, topology, trained)
+            continue
+        if broke:
+            plan.detail["train"]["consolidating_replanned"] = broke
+        return record, costs, layouts
 
 
 def scenario_snapshot(data: Mapping[str, Any], source: str | None) -> str:

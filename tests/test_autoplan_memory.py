@@ -565,3 +565,51 @@ def test_a_batch_that_broke_a_replanned_layout_runs_again_with_the_same_plan(mon
     assert first["refused_replanned_layout"] == {"tp": 2, "recompute": "full"} and len(calls) == 3
     assert first["layout"] == second["layout"] == summary["auto_layout"]["train"]["layout"]
     assert seen[0] == [] and [batch.tolist() for batch in seen[2]] == [[9000, 9001], [9000, 9002]]
+
+
+def test_a_consolidating_layout_a_trained_batch_breaks_is_planned_again_with_it(monkeypatch):
+    """_faster_of_two's consolidating run on a layout a trained batch does not fit (a block recompute
+    layout planned at the edge of the drawn batches: the default scenario's TP8 PP3 block 5 needed 128.3 of
+    126.4 GB) plans again with that batch and runs the new consolidating layout, charging the new plan;
+    a plan that repeats a broken layout gives the synchronous run back."""
+    import types
+
+    import numpy as np
+
+    from simulator import api
+    from simulator.errors import RlsimError
+    from simulator.rl.llm_costs import HeavierBatchThanPlanned
+
+    runs, plans = [], []
+
+    def run_schedule(sc, costs, *args, start_s=0.0, **kwargs):
+        runs.append((costs, start_s))
+        if len(runs) == 1:
+            raise HeavierBatchThanPlanned(RlsimError("the actor's update needs 128.3 GB per device"), np.array([9000]))
+        return "record"
+
+    def auto_plan(sc, topology, trained=()):
+        plans.append([batch.tolist() for batch in trained])
+        return types.SimpleNamespace(consolidating_train=next_layout, planning_cost_s=30.0,
+                                     detail={"train": {"evaluated": 7, "planning_cost_s": 29.0}})
+    monkeypatch.setattr(api, "run_schedule", run_schedule)
+    monkeypatch.setattr(api, "_auto_plan", auto_plan)
+    monkeypatch.setattr("simulator.rl.llm_costs.LlmCosts", lambda sc, topology, auto_layouts: auto_layouts)
+
+    def plan_of(layout):
+        return types.SimpleNamespace(layouts={"train": {"tp": 8}, "rollout": {}}, consolidating_train=layout,
+                                     planning_cost_s=25.0, detail={"planning_cost_s": 25.0,
+                                                                   "train": {"evaluated": 5, "planning_cost_s": 24.0}})
+    next_layout = {"tp": 8, "recompute": "full", "recompute_method": "block", "recompute_num_layers": 6}
+    plan = plan_of({"tp": 8, "recompute": "full", "recompute_method": "block", "recompute_num_layers": 5})
+    ran = api._consolidating_run(None, types.SimpleNamespace(num_devices=8), None, None, None, False, plan, None,
+                                 ("planned", []))
+    assert ran == ("record", {"train": next_layout, "rollout": {}}, {"train": next_layout, "rollout": {}})
+    assert [start for _, start in runs] == [25.0, 30.0] and plans == [[[9000]]]
+    assert plan.consolidating_train == next_layout and plan.planning_cost_s == 30.0
+    assert plan.detail["train"]["consolidating_replanned"][0]["layout"]["recompute_num_layers"] == 5
+    runs.clear()
+    again = plan_of({"tp": 8, "recompute_num_layers": 5})
+    next_layout = {"tp": 8, "recompute_num_layers": 5}   # the plan repeats the layout that broke
+    assert api._consolidating_run(None, types.SimpleNamespace(num_devices=8), None, None, None, False, again, None,
+                                  ("planned", [])) is None
