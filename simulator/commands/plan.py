@@ -29,7 +29,7 @@ trainer constants (--stage train): --set workload.train_params.compute.flash_att
   scenario's training step reads the schedule's pools, micro-batching, packing, StaleSync tail and
   switch.engine_resident, which --set may give then)
 planner keys (the scenario's planner: section, then --set planner.KEY=VALUE):
-  space.tp|pp|vpp|cp|ep|etp|zero|zero_shard_size|recompute|micro_batch|sequence_parallel (lists),
+  space.tp|pp|vpp|cp|ep|etp|zero|zero_shard_size|recompute|recompute_method|micro_batch|sequence_parallel (lists),
   space.max_pp|max_ep|uneven_pp|exact_batch|expert_tp_folding, refine_top, dominance_prune, eval_cost_s,
   refused_cost_fraction, fixed_cost_s;
   rollout.tp|ep|pp|max_num_seqs (lists), rollout.max_ep|gpu_memory_utilization|sequences|prompt_len|response_len.
@@ -624,6 +624,14 @@ def _devices(count: int) -> str:
     return f"{count} device{'' if count == 1 else 's'}"
 
 
+def _layout_cell(layout: dict[str, Any], key: str) -> str:
+    """A plan table's cell of a layout key: full recompute with its Megatron method where it is not uniform 1
+    ("full block 5"), a key the layout leaves out at its default."""
+    if key == "recompute" and "recompute_method" in layout:
+        return f"{layout['recompute']} {layout['recompute_method']} {layout['recompute_num_layers']}"
+    return str(layout.get(key, {"zero_shard_size": "all", "pp": 1}.get(key, "")))
+
+
 def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[dict[str, Any]]) -> None:
     from ..report.console import Console, Table
 
@@ -647,7 +655,7 @@ def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[di
         naive = r.get("naive_step_time_s")
         aux_gb = [f"{r['aux_pool_memory_per_device_bytes'] / 1e9:.1f}" if "aux_pool_memory_per_device_bytes" in r
                   else ""] if aux else []
-        table.add_row(str(i), *[str(lay.get(k, {"zero_shard_size": "all", "pp": 1}.get(k, ""))) for k in keys], f"{r['step_time_s']:.3f}",
+        table.add_row(str(i), *[_layout_cell(lay, k) for k in keys], f"{r['step_time_s']:.3f}",
                       f"{r['tflops_per_device']:.1f}", f"{r['mfu']:.3f}", f"{r['memory_per_device_bytes'] / 1e9:.1f}",
                       *aux_gb, f"{r['comm_fraction']:.2f}", f"{r['tokens_per_s']:.0f}",
                       "" if naive is None else f"{naive:.3f}", str(r.get("tp_level", "")))

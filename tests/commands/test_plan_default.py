@@ -449,3 +449,18 @@ def test_a_stack_is_planned_whatever_layout_the_plan_replaces(tmp_path, capsys, 
     assert rows and all(row["layout"][lacked] == 1 and row["layout"]["zero"] in stack.zero for row in rows)
     assert main(["run", str(path), "--set", f"workload.train_software={software}", "--iterations", "1"]) == 2
     assert f"field 'workload.train_layout.{lacked}'" in capsys.readouterr().err
+
+
+def test_the_plan_table_says_a_block_recompute_layout_with_its_layers(capsys):
+    """A block recompute layout's recompute cell names the method and its layers ("full block 2"), so two
+    full-recompute rows of one structure are told apart; JSON layouts carry the keys."""
+    argv = ["plan", "--model", "qwen2.5-7b", "--topology", "dgx-h100", "--global-batch", "64", "--seq-len", "16384",
+            "--set", "planner.space.tp=[2]", "--set", "planner.space.pp=[1]", "--set", "planner.space.cp=[1]",
+            "--set", "planner.space.zero=[1]", "--set", "planner.space.micro_batch=[1]", "--top", "2"]
+    assert main(argv) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    assert "full block 2" in rows[0] and "block" not in rows[1] and " full " in rows[1]
+    assert main([*argv, "--json"]) == 0
+    best, second = json.loads(capsys.readouterr().out)
+    assert (best["layout"]["recompute_method"], best["layout"]["recompute_num_layers"]) == ("block", 2)
+    assert "recompute_method" not in second["layout"] and second["layout"]["recompute"] == "full"
