@@ -51,6 +51,7 @@ from .planner import (
 from .planner.base import NoLayoutFits
 from .planner.evaluate import RolloutEvaluator, TrainingEvaluator
 from .planner.replan import survivors_after
+from .planner.search import replan_recompute_methods
 from .rl.packing import heaviest_micro_batch, micro_batch_order, pack_width, samples_per_micro_batch
 from .rl.pools import aux_devices_with_room, requested_rollout_devices, served_devices
 from .rl.schedules.batches import draw_lengths
@@ -755,6 +756,8 @@ class PlannerReplanner:
         evaluator = _AcceptedFirst(base, accept) if accept is not None else base
         wide = train_space(self.settings.space, self.sc.workload.train_software, self.sc.planner, packed_step=True,
                            model=self.model, scenario=self.sc)
+        if choice is not None and self.sc.workload.train_layout != "auto":   # no run plans again for a given one
+            wide = wide.model_copy(update={"recompute_method": replan_recompute_methods(choice)})
         kept = None if usable is None or self.sc.schedule.effective_placement != "colocated" \
             else lambda n, choice: usable(n, choice.as_dict())
         args = dict(failed=failed, ranks=pool_ranks, params=self.settings.params, recovery=self.recovery,

@@ -42,8 +42,8 @@ def test_iterations_zero_says_the_bound(capsys):
     ("output.foo=1", "keep_sample_rows, timers"),
     ("limits.foo=1", "max_devices, max_global_batch, max_iterations, max_runs, max_segments_per_sample, max_work"),
     # the planner's sections and its flattened params: every key `planner.KEY` takes
-    ("planner.foo=1", "dominance_prune, eval_cost_s, fixed_cost_s, hetero, recovery, refine_top, refused_cost_fraction, "
-                     "rollout, space"),
+    ("planner.foo=1", "dominance_prune, eval_cost_s, fixed_cost_s, hetero, recompute_step_share_max, recovery, "
+                     "refine_top, refused_cost_fraction, rollout, space"),
 ])
 def test_an_unknown_key_lists_the_keys_its_section_takes(capsys, item, keys):
     text = _error(capsys, "run", *SMALL, "--set", item)

@@ -31,7 +31,7 @@ trainer constants (--stage train): --set workload.train_params.compute.flash_att
 planner keys (the scenario's planner: section, then --set planner.KEY=VALUE):
   space.tp|pp|vpp|cp|ep|etp|zero|zero_shard_size|recompute|recompute_method|micro_batch|sequence_parallel (lists),
   space.max_pp|max_ep|uneven_pp|exact_batch|expert_tp_folding, refine_top, dominance_prune, eval_cost_s,
-  refused_cost_fraction, fixed_cost_s;
+  refused_cost_fraction, fixed_cost_s, recompute_step_share_max;
   rollout.tp|ep|pp|max_num_seqs (lists), rollout.max_ep|gpu_memory_utilization|sequences|prompt_len|response_len.
 --from-verl (--from-nemo-rl, --from-areal, --from-openrlhf, --from-trl, --from-skyrl) CONFIG [key=value ...]:
   plan the scenario the config imports to (its model, batch, lengths, topology, the schedule's pools), as

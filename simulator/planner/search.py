@@ -197,15 +197,26 @@ PARALLEL_DIMENSIONS = ("tp", "pp", "vpp", "cp")
 def neighbourhood(current: TrainChoice, model: Any) -> SearchSpace:
     """A re-plan's search space: keep TP, CP and EP of the running layout (the expensive groups to
     rebuild); let PP (and so DP), VPP (or none: an uneven batch breaks interleaving), recompute,
-    ZeRO 1-2 and the micro-batch move. Tens of candidates instead of thousands."""
+    ZeRO 1-2 and the micro-batch move. Tens of candidates instead of thousands. Megatron's block
+    recompute only where the running layout uses it (replan_recompute_methods)."""
     # the running expert TP size kept: given, or tp where the layout left it unset (no etp 1 beside it)
     expert_tp = {"expert_tp_folding": False} if current.etp is None else {"etp": [current.etp]}
     return SearchSpace(tp=[current.tp], pp=None, vpp=sorted({current.vpp, 1}), cp=[current.cp], ep=[current.ep],
                        **expert_tp,
                        zero=sorted({current.zero, 1, 2}), recompute=["none", "selective", "full"],
+                       recompute_method=replan_recompute_methods(current),
                        micro_batch=sorted({current.micro_batch, 1}), exact_batch=False,
                        zero_shard_size=None if current.zero_shard_size is None else [current.zero_shard_size],
                        uneven_pp=int(model.num_layers) % current.pp != 0)
+
+
+def replan_recompute_methods(current: TrainChoice) -> list[str]:
+    """The full-recompute methods a failure's re-plan searches from the running layout: block beside
+    uniform only where it runs block. A block layout is the fewest layers that fit the batches the
+    planner judged, at the edge of memory, and a re-plan commits to it for the rest of the run (the seed
+    scenario given full uniform recompute, re-planned after a lost node to a block layout, ran out at a
+    later batch: 128.7 of 126.4 GB); the uniform layouts' headroom is what such a run chose."""
+    return ["uniform", "block"] if current.recompute_method == "block" else ["uniform"]
 
 
 def _divisors(n: int, limit: int) -> list[int]:

@@ -1487,7 +1487,7 @@ class LlmCosts:
                             exc.fix.replace(SMALLER_MICRO_BATCH, "shorter packed rows (schedule.pack_tokens)")
                             if exc.fix and given_rows == 1 else exc.fix)
 
-    def _planned_layout_note(self, exc: RlsimError, seq_lens: Any, layout: TrainLayout,
+    def _planned_layout_note(self, exc: RlsimError, seq_lens: Any, layout: TrainLayout | None = None,
                              memory_miss: bool | None = None) -> RlsimError:
         """A memory error on a layout the planner chose (layout: auto) says why the plan did not see it:
         it judged memory on drawn batches of independent lengths, and the run trained a heavier one
@@ -1499,7 +1499,7 @@ class LlmCosts:
         miss = "does not fit in device memory" in exc.message if memory_miss is None else memory_miss
         if self.scenario.workload.train_layout != "auto" or not miss:
             return exc
-        refused = {key: value for key, value in layout.as_dict().items() if key != "dp"}
+        refused = None if layout is None else {key: value for key, value in layout.as_dict().items() if key != "dp"}
         return HeavierBatchThanPlanned(exc, np.asarray(seq_lens, np.int64), refused)
 
     def reward_cpu_s(self, prompt_lens, response_lens) -> np.ndarray:

@@ -369,7 +369,7 @@ def test_megatron_2021_preset_pins_the_2021_software():
     assert (lay.recompute, lay.zero, lay.sp) == ("full", 0, False)
     p = MEGATRON_2021.params
     assert not p.compute.flash_attention and p.comm.pp_blocking_send and p.comm.dp_overlap_fraction == 0
-    assert MEGATRON_2021.search_limits() == {"recompute": ["full"], "zero": [0], "cp": [1]}
+    assert MEGATRON_2021.search_limits() == {"recompute": ["full"], "zero": [0], "cp": [1], "recompute_method": ["uniform"]}
     with pytest.raises(ValueError):
         MEGATRON_2021.layout(cp=2)
 

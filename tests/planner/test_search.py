@@ -202,3 +202,19 @@ def test_the_block_search_skips_layouts_whose_full_recompute_step_cannot_rank():
     assert searched and plan.best.choice.tp == 2
     kept_two, plan = blocks(top=2)
     assert kept_two and [c.choice.recompute_method for c in plan.candidates] == ["uniform", "block"]
+
+
+def test_a_failure_replan_searches_block_recompute_only_from_a_block_layout():
+    """neighbourhood (and, for a given layout, the widened space: autoplan.PlannerReplanner) keeps a running
+    uniform layout's re-plans uniform: a block layout sits at the memory edge of the judged batches, and a
+    re-plan commits to it with no run to plan again (replan_recompute_methods)."""
+    import dataclasses
+
+    from simulator.planner.base import TrainChoice
+    from simulator.planner.search import neighbourhood
+    from tests.planner.test_planner import FakeModel
+
+    uniform = TrainChoice(tp=2, pp=1, vpp=1, dp=4, ep=1, cp=1, zero=1, recompute="full", micro_batch=1)
+    block = dataclasses.replace(uniform, recompute_method="block", recompute_num_layers=5)
+    assert neighbourhood(uniform, FakeModel()).recompute_method == ["uniform"]
+    assert neighbourhood(block, FakeModel()).recompute_method == ["uniform", "block"]
