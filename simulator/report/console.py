@@ -61,6 +61,21 @@ def _reward_wait_text(s: dict[str, Any]) -> str:
 
 RUN_FILES = "scenario.yaml, summary.json, CSVs, trace.json for ui.perfetto.dev, plots, report.html"
 
+# What a generation stage's seconds (summary stage_time_s) are, by the run's placement (summary
+# "placement"; docs/internals.md `stage_time_s`): a colocated pool's kinds add each round's wall time
+# to its last sequence (colocated.py; verl-sync / verl-colocate-async: to the poll that found the
+# batch), a split pool's an instance's busy time over the instances (disaggregated.py, segments.py,
+# verl_async.py). One prompt: 9.65 s colocated, 1.21 s split, for the same 9.85 s generation.
+GENERATE_MEANING = {"colocated": "round wall time", "disaggregated": "mean instance busy"}
+GENERATE_STAGES = ("generate", "tail_generate")
+
+
+def stage_label(stage: str, placement: str | None) -> str:
+    """The run table's label of a stage's seconds a step: a generation stage's says which figure it
+    is (GENERATE_MEANING), so a colocated run's and a split run's are not read as one quantity."""
+    meaning = GENERATE_MEANING.get(placement or "") if stage in GENERATE_STAGES else None
+    return f"  stage: {stage}{', ' + meaning if meaning else ''} (per step, whole run)"
+
 
 def _count(rollout: dict[str, Any], key: str) -> int:
     """An engine count of summary['rollout'] (metrics.rollout_counts); 0 where not measured (null) or
@@ -156,7 +171,7 @@ def print_summary(s: dict[str, Any], out_dir: str | None = None, wrote: str = RU
                 waited = _reward_wait_text(s)
                 t.add_row(f"    of which {waited}", f"{s['reward_wait_fraction']:.1%}")
     for stage, sec in s["stage_time_s"].items():   # metrics: a stage's seconds over the run / iterations
-        t.add_row(f"  stage: {stage} (per step, whole run)", _fmt(sec, " s"))
+        t.add_row(stage_label(stage, s.get("placement")), _fmt(sec, " s"))
     if "nemo_rl_timing_s" in s:   # output.timers: nemo-rl (an imported NeMo RL recipe)
         timers = [(f"  nemo-rl timing/train/{name}", sec) for name, sec in s["nemo_rl_timing_s"].items()]
     elif "openrlhf_timing_s" in s:   # output.timers: openrlhf (an imported OpenRLHF hybrid-engine script)
