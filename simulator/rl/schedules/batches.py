@@ -88,11 +88,15 @@ class SeqBatch:
 def in_flight_figures(parts: list[tuple[SeqBatch, np.ndarray]]) -> dict[str, int]:
     """The summary's ``samples_in_flight`` of sequences started and not in the sample store at the
     run's end, ``parts``: (sequences, tokens each generated so far): the prompts with a trajectory
-    among them, the trajectories and their tokens (these are in no other count)."""
+    among them, the trajectories and their tokens (these are in no other count), and ``cut``: those
+    of them cut before and resumed, or waiting to be (tokens from an earlier segment: a length
+    budget's, a StaleSync tail cut's, a weight update's), which never finished (metrics' note)."""
     groups = [seqs.group for seqs, _ in parts if len(seqs)]
     tokens = sum(int(np.sum(generated)) for seqs, generated in parts if len(seqs))
+    cut = sum(int(np.count_nonzero(seqs.done_len)) for seqs, _ in parts if len(seqs))
     every = np.concatenate(groups) if groups else np.zeros(0, int)
-    return {"prompts": int(len(np.unique(every))), "trajectories": int(len(every)), "generated_tokens": tokens}
+    return {"prompts": int(len(np.unique(every))), "trajectories": int(len(every)), "generated_tokens": tokens,
+            "cut": cut}
 
 
 def prompt_index(group: np.ndarray) -> np.ndarray:
