@@ -51,3 +51,10 @@ def test_the_note_on_a_synthetic_summary():
     assert note.startswith("partial rollouts: 25 cut samples never finished by the run's end")
     assert not _note({**base, "iterations": 8})
     assert not _note({**base, "samples_in_flight": {"trajectories": 40, "cut": 0}})
+
+
+def test_the_budgets_figures_are_better_neither_way():
+    # under staleness.*, read "lower is better" by name; they are the scenario's input
+    from simulator.uncertainty.compare import better_direction
+    assert better_direction("staleness.length_budget") is None and better_direction("staleness.segments_longest") is None
+    assert better_direction("staleness.max") == "lower" and better_direction("samples_in_flight.cut") is None

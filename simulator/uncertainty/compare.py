@@ -68,7 +68,8 @@ def paired_ratio(kind: str, baseline: str, runs: Sequence[Mapping[str, Any]],
 # full name up. Not better either way: a hardware ceiling, counts, layouts, shares of the path.
 # (Read off the name's ending, peak_memory_bytes, reward_wait_fraction, stage_time_s.* and
 # staleness.* were said to beat a baseline where they were higher: an audit.)
-NEITHER_WAY = ("roofline_tokens_per_s", "critical_path.share", "critical_path.steady.share")
+NEITHER_WAY = ("roofline_tokens_per_s", "critical_path.share", "critical_path.steady.share",
+               "staleness.length_budget", "staleness.segments_longest")   # a partial rollout's input, not a result
 HIGHER_IS_BETTER = ("*_per_s", "*_per_s_per_device", "mfu", "*efficiency*", "*throughput*", "*goodput*",
                     "steady_busy_by_pool", "rollout.occupancy")
 LOWER_IS_BETTER = ("*_s", "*bytes*", "peak_memory*", "*bubble*", "*wait*", "*idle*", "*stale*",
