@@ -227,7 +227,7 @@ def rollout_utilization(rec: RunRecord, generated_tokens: float = 0.0) -> dict[s
 def rollout_counts(rec: RunRecord, generated_tokens: float = 0.0) -> dict[str, int | None]:
     """What the rollout engines did beyond time, summed over the run (llm.inference.ENGINE_COUNTERS):
     preemptions (a sequence preempted, vLLM's recompute or SGLang's retraction, when the KV pool
-    was full) and the context tokens they re-prefill (preemption_reprefill_tokens); the tokens
+    was full) and the tokens their re-admissions computed again (preemption_reprefill_tokens); the tokens
     prefills computed (prefilled_tokens) and the prompt tokens a sample did not compute because a
     running sample of its prompt held them in the prefix cache (prompt_hit_tokens); multi-turn, the
     context tokens samples left cached while out on their tools (retained_context_tokens), of those

@@ -979,7 +979,7 @@ FULL_SLOTS_ROUNDS = 24
 # rollout section): summary key -> the engine's attribute.
 ENGINE_COUNTERS = {
     "preemptions": "preemptions",                                  # sequences preempted (KV pool full)
-    "preemption_reprefill_tokens": "preempted_tokens",             # their contexts then, prefilled again
+    "preemption_reprefill_tokens": "preempted_tokens",             # their contexts, prefilled again when readmitted
     "prefilled_tokens": "prefilled_tokens",                        # tokens prefills computed, in all
     "prompt_hit_tokens": "prompt_hit_tokens",                      # prompt tokens a sibling's cached pages spared
     "retained_context_tokens": "retained_tokens",                  # multi-turn: freed contexts kept evictable
@@ -1051,7 +1051,10 @@ class RolloutEngine:
         self.reprefilled_tokens = 0    # context tokens returning sequences prefilled again, evicted
         self.prefilled_tokens = 0      # tokens computed by prefills (admissions), in all
         self.prompt_hit_tokens = 0     # prompt tokens admissions did not compute: a running sibling held them (_share)
-        self.preempted_tokens = 0      # contexts (prompt + generated) of preempted sequences then: prefilled again
+        # tokens preempted sequences' readmissions computed again (prompt + generated, less a sibling's cached
+        # prompt: not a prompt hit, that prompt was prefilled once already); _readmitting: those preempted, waiting
+        self.preempted_tokens = 0
+        self._readmitting: set[int] = set()
         # slots added with tokens generated before (a partial rollout resumed: add(..., generated)) not yet
         # admitted; their first admission's computed tokens are resumed_tokens (a preempted slot's are not)
         self._resuming: set[int] = set()
@@ -1333,7 +1336,7 @@ class RolloutEngine:
         self._stack.clear()
         self._waiting.clear()
         self._kept.clear()
-        self._resuming = set()
+        self._resuming, self._readmitting = set(), set()
         if self._lru is not None:   # new weights: the freed contexts' cache is stale
             self._lru.clear()
             self._gone.clear()
@@ -1361,7 +1364,8 @@ class RolloutEngine:
         new = object.__new__(RolloutEngine)
         new.__dict__.update(self.__dict__)
         new._owner = object()   # the slot map's dict stays this engine's to extend
-        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack", "_kept", "_share_of", "_resuming"):
+        for name in ("_g", "_sadm", "_state", "_epoch", "_heap", "_stack", "_kept", "_share_of", "_resuming",
+                     "_readmitting"):
             setattr(new, name, getattr(self, name).copy())
         new._share_sets = {key: members.copy() for key, members in self._share_sets.items()}
         new._share_cached = {key: cached.copy() for key, cached in self._share_cached.items()}
@@ -1629,7 +1633,7 @@ class RolloutEngine:
                 self._unshare(slot)
             self._waiting.append(slot)
             self.preemptions += 1
-            self.preempted_tokens += p[slot] + made
+            self._readmitting.add(slot)
         generated = sum(g[slot] + step - sadm[slot] for slot in order)
         ratio = (generated + headroom * self._n) / (self._n * self._max_new) if self._n else 1.0
         self._ratio_from = (step, min(1.0, ratio))
@@ -1804,7 +1808,7 @@ class RolloutEngine:
                 self._unshare(slot)
             self._waiting.appendleft(slot)
             self.preemptions += 1
-            self.preempted_tokens += self._p[slot] + g
+            self._readmitting.add(slot)
 
     def _admit(self) -> None:
         waiting, p, g_of, arrival, state = self._waiting, self._p, self._g, self._arrival, self._state
@@ -1847,12 +1851,16 @@ class RolloutEngine:
                 pieces.append((own, own * kept + own * (own + 1) / 2.0))
             elif members:   # the prompt's KV is cached (a running member holds its pages)
                 pieces.append(_hit_piece(ctx, p[slot]))
-                self.prompt_hit_tokens += ctx - pieces[-1][0]
+                if not (self._readmitting and slot in self._readmitting):   # a first prefill's hit
+                    self.prompt_hit_tokens += ctx - pieces[-1][0]
             else:
                 pieces.append((ctx, ctx * (ctx + 1) / 2.0))
             if self._resuming and slot in self._resuming:   # a resumed partial rollout's first admission
                 self._resuming.discard(slot)
                 self.resumed_tokens += pieces[-1][0]
+            if self._readmitting and slot in self._readmitting:   # a preempted sequence back: what it computed again
+                self._readmitting.discard(slot)
+                self.preempted_tokens += pieces[-1][0]
             if key is not None:
                 self._share(slot, key)
             state[slot] = _RUNNING
@@ -2402,7 +2410,8 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
     has = ev.admitted > 0
     hits = _prefix_hits(engines, walks, groups, jobs, fin_slots, job_event, fin_event)
     tokens, pairs, hit_tokens = _prefill_work(cost, ctx, p_jobs, job_event, total, hits)
-    resumed = _resumed_work(engines, walks, ctx, p_jobs, hits, job_event, total)
+    resumed = _flagged_work(engines, walks, ctx, p_jobs, hits, job_event, total, "_resuming")
+    readmitted = _flagged_work(engines, walks, ctx, p_jobs, hits, job_event, total, "_readmitting")
     if has.sum() <= _SCALAR_PREFILLS:   # a few: prefill_s itself, cheaper than the array form
         pre[has] = [cost.prefill_s(t, a, k) for t, a, k in
                     zip(tokens[has].tolist(), pairs[has].tolist(), ev.admitted[has].tolist(), strict=True)]
@@ -2445,12 +2454,18 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
         engine.generated_tokens += mades[e]
         trace.base_counts = engine.counts()   # before the run (its admissions count below)
         trace.prefilled, trace.hit = tokens[a:b], None if hit_tokens is None else hit_tokens[a:b]
-        trace.resumed = None if resumed is None else resumed[a:b]
+        trace.resumed = None if resumed is None else resumed[0][a:b]
+        trace.readmitted = None if readmitted is None else readmitted[0][a:b]
+        if readmitted is not None and trace.hit is not None:   # a readmission's hit is no first prefill's
+            trace.hit = trace.hit - readmitted[1][a:b]
         engine.prefilled_tokens += int(trace.prefilled.sum())
         engine.prompt_hit_tokens += 0 if trace.hit is None else int(trace.hit.sum())
         if engine._resuming:   # the run admits every waiting slot (rebound: a kept start holds the set)
             engine.resumed_tokens += int(trace.resumed.sum())
             engine._resuming = set()
+        if engine._readmitting:   # likewise the preempted ones waiting
+            engine.preempted_tokens += int(trace.readmitted.sum())
+            engine._readmitting = set()
         trace.time, trace.end = time[a:b], end[a:b]
         trace.fin_event, trace.out_time, trace.out_ids = fin_event[fa:fb] - a, out_time[fa:fb], out_ids[fa:fb]
         if outbox:   # else the caller takes the finishes from scatter()
@@ -2465,17 +2480,20 @@ def _time_events(engines: list[RolloutEngine], walks: list[_Walk], gs: list[np.n
             np.concatenate([np.array([s for s, _, _ in walk.start_running], np.int64), walk.waiting])
 
 
-def _resumed_work(engines: list[RolloutEngine], walks: list[_Walk], ctx: np.ndarray, p: np.ndarray,
-                  hits: np.ndarray | None, job_event: np.ndarray, events: int) -> np.ndarray | None:
-    """The tokens each of the ``events`` events' prefill computed for resumed partial rollouts (the
-    waiting jobs that are slots in their engine's _resuming: _admit's resumed_tokens), a prefix hit
+def _flagged_work(engines: list[RolloutEngine], walks: list[_Walk], ctx: np.ndarray, p: np.ndarray,
+                  hits: np.ndarray | None, job_event: np.ndarray, events: int,
+                  flagged: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the tokens each of the ``events`` events' prefill computed for the waiting jobs that are slots in
+    their engine's set ``flagged``, the prompt tokens those jobs hit): "_resuming", resumed partial rollouts
+    (_admit's resumed_tokens); "_readmitting", preempted sequences back (its preempted_tokens), a prefix hit
     computing only what it does not hit; None where no engine has such a slot."""
-    if not any(engine._resuming for engine in engines):
+    if not any(getattr(engine, flagged) for engine in engines):
         return None
-    flag = _joined([np.isin(walk.waiting, np.fromiter(engine._resuming, np.int64, len(engine._resuming)))
+    flag = _joined([np.isin(walk.waiting, np.fromiter(getattr(engine, flagged), np.int64, len(getattr(engine, flagged))))
                     for engine, walk in zip(engines, walks, strict=True)])
-    own = ctx if hits is None else np.where(hits, ctx - np.minimum(p, ctx - 1), ctx)
-    return _sums_by(np.where(flag, own, 0), job_event, events).astype(np.int64)
+    hit = np.zeros_like(ctx) if hits is None else np.where(hits, np.minimum(p, ctx - 1), 0)
+    return (_sums_by(np.where(flag, ctx - hit, 0), job_event, events).astype(np.int64),
+            _sums_by(np.where(flag, hit, 0), job_event, events).astype(np.int64))
 
 
 def _prefill_work(cost: StepCost, ctx: np.ndarray, p: np.ndarray, job_event: np.ndarray, events: int,
@@ -2548,6 +2566,7 @@ class _RunTrace:
         self.prefilled: np.ndarray = np.zeros(0, np.int64)
         self.hit: np.ndarray | None = None
         self.resumed: np.ndarray | None = None   # each event's tokens of resumed partial rollouts (None: none)
+        self.readmitted: np.ndarray | None = None   # each event's tokens of preempted sequences readmitted
 
     def scatter(self, finish_s: np.ndarray) -> None:
         """finish_s[seq_id] = finish time of every sequence the run finished."""
@@ -2556,7 +2575,8 @@ class _RunTrace:
     def counts_at(self, now: float) -> dict[str, int]:
         """The engine's counts (RolloutEngine.counts) after the events up to ``now``, inclusive, as
         the event loop run to ``now`` leaves them: an event's admissions count at its time (their
-        prefill starts then). An array run neither preempts nor evicts: prefills, hits and resumptions only."""
+        prefill starts then). An array run neither preempts nor evicts: prefills, hits, resumptions and the
+        readmissions of sequences an earlier stretch preempted only."""
         counts = dict(self.base_counts)
         last = int(np.searchsorted(self.time, now, side="right"))
         counts["prefilled_tokens"] += int(self.prefilled[:last].sum())
@@ -2564,6 +2584,8 @@ class _RunTrace:
             counts["prompt_hit_tokens"] += int(self.hit[:last].sum())
         if self.resumed is not None:
             counts["resume_reprefill_tokens"] += int(self.resumed[:last].sum())
+        if self.readmitted is not None:
+            counts["preemption_reprefill_tokens"] += int(self.readmitted[:last].sum())
         return counts
 
     # -- an interrupt at `now`, from the arrays ------------------------------------------------------
@@ -2745,6 +2767,7 @@ class _UntouchedStart:
         engine._records_shared = True          # the engine's next add rebinds the lists kept here
         self._attrs = dict(engine.__dict__)   # scalars, and the lists as they are now
         self._attrs["_resuming"] = set(engine._resuming)   # a later add updates the engine's set in place
+        self._attrs["_readmitting"] = set()   # untouched: nothing ran, nothing was preempted
         self._slots = len(engine._id)
 
     def copy(self) -> RolloutEngine:
@@ -2756,6 +2779,7 @@ class _UntouchedStart:
         new._heap, new._stack = [], []
         new._waiting, new._outbox = deque(range(slots)), deque()
         new._resuming = set(attrs["_resuming"])   # (the event loop takes slots out of its own)
+        new._readmitting = set()
         return new
 
 

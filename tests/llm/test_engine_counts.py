@@ -121,3 +121,25 @@ def test_a_preempted_sequence_is_not_a_resumed_one_and_an_interrupt_forgets_the_
     assert not waiting._resuming
     waiting.run()
     assert waiting.counts()["resume_reprefill_tokens"] == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_preempted_sequence_readmitted_beside_its_sibling_is_a_reprefill_not_a_prompt_hit(seed):
+    """Groups of 4 samples of one prompt on a pool too small for them (preemptions on the event loop, then
+    the array run once it cannot bind): a prompt's first admissions hit at most (members - 1) x (P - 1) of
+    its tokens (the first member prefills it, each later one its last token). A preempted sequence readmitted
+    while a sibling holds the prompt computes its context less the prompt: that is its re-prefill
+    (preemption_reprefill_tokens), not a prompt hit (its prompt was prefilled once already; counted a hit,
+    tight pools showed up to 2.7x the bound). So hits + tokens prefilled - re-prefills is every prompt once."""
+    rng = np.random.default_rng(seed)
+    groups, size = int(rng.integers(2, 6)), 4
+    prompts = rng.integers(50, 400, groups)
+    engine = RolloutEngine(QWEN, _tiny_kv_device(int(rng.integers(2500, 6000))), RolloutLayout(max_num_seqs=8))
+    engine.add_many(range(groups * size), np.repeat(prompts, size), rng.integers(100, 2000, groups * size), 0.0,
+                    group_ids=np.arange(groups * size) // size)
+    engine.run()
+    counts = engine.counts()
+    assert counts["preemptions"] > 0 and counts["preemption_reprefill_tokens"] > 0
+    assert counts["prompt_hit_tokens"] <= int(((size - 1) * (prompts - 1)).sum())
+    assert counts["prompt_hit_tokens"] + counts["prefilled_tokens"] - counts["preemption_reprefill_tokens"] == \
+        int(prompts.sum()) * size
