@@ -130,7 +130,7 @@ def test_a_preempted_sequence_readmitted_beside_its_sibling_is_a_reprefill_not_a
     its tokens (the first member prefills it, each later one its last token). A preempted sequence readmitted
     while a sibling holds the prompt computes its context less the prompt: that is its re-prefill
     (preemption_reprefill_tokens), not a prompt hit (its prompt was prefilled once already; counted a hit,
-    tight pools showed up to 2.7x the bound). So hits + tokens prefilled - re-prefills is every prompt once."""
+    these seeds read 1.4-3.3x the bound). So hits + tokens prefilled - re-prefills is every prompt once."""
     rng = np.random.default_rng(seed)
     groups, size = int(rng.integers(2, 6)), 4
     prompts = rng.integers(50, 400, groups)
