@@ -488,30 +488,32 @@ def _consolidating_run(sc: Scenario, topology: Any, prompt: LengthDistribution, 
     """(record, costs, layouts) of _faster_of_two's run on ``plan``'s consolidating training layout,
     planned again with each trained batch it did not fit (its planning cost the latest plan's, as
     _run_planned charges it); None where a plan repeats a layout that broke or AUTO_LAYOUT_PLANS ran
-    out. ``plan.consolidating_train`` becomes the layout that ran."""
+    out. Where it ran after a plan again, ``plan`` takes that plan's consolidating layout and planning cost
+    (what the run charged); else ``plan`` is left as it was (the first run, which it describes, is kept)."""
     from .rl.llm_costs import HeavierBatchThanPlanned, LlmCosts
     planned, trained = planning[0], list(planning[1])
-    start_s, broke = plan.planning_cost_s, []
+    layout, again, broke = plan.consolidating_train, None, []
     while True:
-        layouts = {**plan.layouts, "train": plan.consolidating_train}
+        layouts = {**plan.layouts, "train": layout}
         costs = LlmCosts(sc, topology, auto_layouts=layouts)
         try:
-            record = run_schedule(sc, costs, topology.num_devices, _sampler(prompt), _sampler(resp), start_s=start_s,
+            record = run_schedule(sc, costs, topology.num_devices, _sampler(prompt), _sampler(resp),
+                                  start_s=plan.planning_cost_s if again is None else again.planning_cost_s,
                                   replanner=replanner, progress=progress, keep_samples=keep_samples)
         except HeavierBatchThanPlanned as exc:
-            broke.append({"layout": dict(plan.consolidating_train), "did_not_fit": exc.memory_message})
+            broke.append({"layout": dict(layout), "did_not_fit": exc.memory_message})
             trained.append(exc.batch)
             again = _auto_plan(planned, topology, trained) if len(broke) < AUTO_LAYOUT_PLANS else None
             layout = again.consolidating_train if again is not None else None
             if not layout or any(b["layout"] == layout for b in broke):
                 return None
-            plan.consolidating_train, start_s = layout, again.planning_cost_s
-            plan.planning_cost_s = plan.detail["planning_cost_s"] = start_s   # what the run charges now
-            plan.detail["train"].update({key: again.detail["train"][key] for key in ("evaluated", "planning_cost_s")})
             if replanner is not None:   # the failures' re-plans judge the batches too
                 replanner = type(replanner)(sc, topology, trained)
             continue
-        if broke:
+        if again is not None:   # the run charged the latest plan: the summary says it
+            plan.consolidating_train = layout
+            plan.planning_cost_s = plan.detail["planning_cost_s"] = again.planning_cost_s
+            plan.detail["train"].update({key: again.detail["train"][key] for key in ("evaluated", "planning_cost_s")})
             plan.detail["train"]["consolidating_replanned"] = broke
         return record, costs, layouts
 

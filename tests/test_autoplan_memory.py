@@ -613,3 +613,15 @@ def test_a_consolidating_layout_a_trained_batch_breaks_is_planned_again_with_it(
     next_layout = {"tp": 8, "recompute_num_layers": 5}   # the plan repeats the layout that broke
     assert api._consolidating_run(None, types.SimpleNamespace(num_devices=8), None, None, None, False, again, None,
                                   ("planned", [])) is None
+    # a plan again whose layout breaks too, then a repeat: the first run is kept, and the plan still says it
+    runs.clear()
+    monkeypatch.setattr(api, "run_schedule", lambda *args, **kwargs: (_ for _ in ()).throw(
+        HeavierBatchThanPlanned(RlsimError("the actor's update needs 128.3 GB per device"), np.array([9000]))))
+    layouts = iter([{"tp": 8, "recompute_num_layers": 6}, {"tp": 8, "recompute_num_layers": 6}])
+    monkeypatch.setattr(api, "_auto_plan", lambda sc, topology, trained=(): types.SimpleNamespace(
+        consolidating_train=next(layouts), planning_cost_s=30.0, detail={"train": {"evaluated": 7, "planning_cost_s": 29.0}}))
+    kept = plan_of({"tp": 8, "recompute_num_layers": 5})
+    assert api._consolidating_run(None, types.SimpleNamespace(num_devices=8), None, None, None, False, kept, None,
+                                  ("planned", [])) is None
+    assert kept.consolidating_train == {"tp": 8, "recompute_num_layers": 5} and kept.planning_cost_s == 25.0
+    assert "consolidating_replanned" not in kept.detail["train"]
