@@ -2489,7 +2489,7 @@ def _flagged_work(engines: list[RolloutEngine], walks: list[_Walk], ctx: np.ndar
     computing only what it does not hit; None where no engine has such a slot."""
     if not any(getattr(engine, flagged) for engine in engines):
         return None
-    flag = _joined([np.isin(walk.waiting, np.fromiter(getattr(engine, flagged), np.int64, len(getattr(engine, flagged))))
+    flag = _joined([np.isin(walk.waiting, np.array(sorted(getattr(engine, flagged)), np.int64))
                     for engine, walk in zip(engines, walks, strict=True)])
     hit = np.zeros_like(ctx) if hits is None else np.where(hits, np.minimum(p, ctx - 1), 0)
     return (_sums_by(np.where(flag, ctx - hit, 0), job_event, events).astype(np.int64),

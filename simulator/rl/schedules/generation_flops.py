@@ -46,10 +46,16 @@ def charged_flops(plan: Any, generated: np.ndarray, cut: np.ndarray | None, coun
     counts = counts or {}
     hits = counts.get("prompt_hit_tokens", 0)
     model = max(base - rate * (hits + resumed), rate * float(np.sum(generated)))
-    preempted, again = counts.get("preemption_reprefill_tokens", 0), counts.get("preemptions", 0)
-    preempt_flops = preempted * rollout_flops_per_token(preempted / again / 2) if preempted and again else 0.0
-    hardware = model + rate * (resumed + counts.get("eviction_reprefill_tokens", 0)) + preempt_flops
+    hardware = model + rate * (resumed + counts.get("eviction_reprefill_tokens", 0)) + _preemption_flops(
+        counts, rollout_flops_per_token)
     return model, hardware
+
+
+def _preemption_flops(counts: dict[str, int], rollout_flops_per_token: Any) -> float:
+    """The re-prefills of preempted sequences (preemption_reprefill_tokens) at the per-token law at half
+    their mean context (a prefill of c tokens attends c / 2 on average); 0 without preemptions."""
+    preempted, preemptions = counts.get("preemption_reprefill_tokens", 0), counts.get("preemptions", 0)
+    return preempted * rollout_flops_per_token(preempted / preemptions / 2) if preempted and preemptions else 0.0
 
 
 def request_fed_flops(charged: float, tokens: float, prompts: float, counts: dict[str, int],
@@ -68,6 +74,4 @@ def request_fed_flops(charged: float, tokens: float, prompts: float, counts: dic
     asked = counts.get("prefilled_tokens", 0) + hits - preempted - again
     share = min(1.0, prompts / asked) if asked > 0 else 0.0
     model = max(charged - rate * hits * share, rate * (tokens - prompts))
-    preemptions = counts.get("preemptions", 0)
-    preempt_flops = preempted * rollout_flops_per_token(preempted / preemptions / 2) if preempted and preemptions else 0.0
-    return model, model + share * (rate * again + preempt_flops)
+    return model, model + share * (rate * again + _preemption_flops(counts, rollout_flops_per_token))
