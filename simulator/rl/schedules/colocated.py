@@ -288,8 +288,10 @@ class ColocatedRun:
         ``sync_to``, they take the new weights once their tail, generated with the old ones, is
         done, so the one reshard starts when both sides are free (sync on every rank)."""
         ctx, env, aux = self.ctx, self.env, self.aux
-        # the batch as of when ``clock``'s devices stop generating: every sample ready by then may join it
-        t_ready, ids = ctx.trainer.ready_time(k, True, starts_at=clock.cursor)
+        # the batch as of when ``clock``'s devices stop generating: every sample ready by then may join it,
+        # and the step waits for the rewards of those that the next step may no longer take (at a
+        # bound of 0 the whole round's: StaleSync is then the synchronous step, which waits for them)
+        t_ready, ids = ctx.trainer.ready_time(k, True, starts_at=clock.cursor, keep_within_bound=True)
         if math.isinf(t_ready):
             raise AssertionError("colocated round produced fewer samples than the batch")
         # reward_during_forwards: switch once generation is done, the rewards gathered before the update

@@ -63,14 +63,17 @@ class TrainStep:
         self.round_batches = self.sched.round_batches
 
     # ---- which samples ------------------------------------------------------------------------
-    def ready_time(self, k: int, known_complete: bool, *, starts_at: float = -math.inf) -> tuple[float, np.ndarray]:
+    def ready_time(self, k: int, known_complete: bool, *, starts_at: float = -math.inf,
+                   keep_within_bound: bool = False) -> tuple[float, np.ndarray]:
         """Earliest time trainer step k can start from the samples known now, and the ids it takes
         (ascending). Needs ``min_batch`` eligible samples (version >= min_version(k, s)) and a share
         f of round k (if round k is fully known). ``starts_at``: when the step's trainers can start at
         the earliest (a colocated pool generating until then): it takes, up to the batch, what is
         ready by then too, not only what was ready at the threshold (a colocated StaleSync step
         that generated its round whole trained the share ready at f B and left the rest of the
-        round, ready and within the bound, to age out as stale)."""
+        round, ready and within the bound, to age out as stale). ``keep_within_bound``: the step
+        also waits for the rewards of the samples that step k + 1 may no longer take
+        (``_aging_ready``)."""
         store = self.ctx.store
         flat, pending = store.flat(), store.pending() - store.base   # positions in the held rows
         if not len(pending):
@@ -89,9 +92,28 @@ class TrainStep:
                 t = max(t, float(np.partition(flat["ready"][current], need - 1)[need - 1]))
             elif not known_complete:
                 return math.inf, eligible[:0] + store.base
+        if keep_within_bound:
+            t = max(t, self._aging_ready(k, eligible))
         available = eligible[ready <= max(t, starts_at)]
         return t, oldest_first(available, flat[self.age_column][available], flat["ready"][available],
                                self.batch) + store.base
+
+    def _aging_ready(self, k: int, eligible: np.ndarray) -> float:
+        """When the rewards are in of the eligible samples (held-row positions) that would be beyond
+        the bound at step k + 1 (version < min_version(k + 1, s): at a bound of 0 all of them), up to
+        a batch of them, earliest ready first: StaleSync lets a sample be trained "with some lag"
+        only within its staleness threshold (seeds.md, StaleSync), so a sample that the next step may
+        not take is trained by this one, and the step waits for its rule reward as the synchronous
+        step waits for its batch's (at a bound of 0 StaleSync is that synchronous step; the
+        colocated pool generated the round whole: its last finishers, still being scored when the
+        devices stop generating, were dropped as stale, 7 of 65,536 samples on the seed over 8
+        iterations, and they are the round's longest responses). -inf when there are none."""
+        flat = self.ctx.store.flat()
+        aging = eligible[flat[self.age_column][eligible] < min_version(k + 1, self.staleness)]
+        n = min(len(aging), self.batch)
+        if not n:
+            return -math.inf
+        return float(np.partition(flat["ready"][aging], n - 1)[n - 1])
 
     def _round_ready(self, k: int, eligible: np.ndarray, known_complete: bool) -> tuple[float, np.ndarray]:
         """round_batches: once every instance has planned its share of round k, the step takes that
