@@ -286,6 +286,24 @@ def did_you_mean(err: Mapping[str, Any], model: Any) -> str:
     return one_typo_from(str(loc[-1]), _fields_beside(model, loc))
 
 
+def _typo_target(err: Mapping[str, Any], model: Any) -> str:
+    """The field an unknown key is one typo from ('' where none is): did_you_mean's name."""
+    meant = did_you_mean(err, model) if err.get("type") == "extra_forbidden" else ""
+    return meant.removeprefix("; did you mean '").removesuffix("'?")
+
+
+def _fold_missing_typos(by_field: dict[str, list[str]], own_fix: dict[str, str], typos: Mapping[str, str],
+                        missing: set[str]) -> None:
+    """A required key reported missing because it was written one typo off (``typos``: the unknown
+    key's dotted path -> the field it is one typo from) is the typo's error, not a second one: its
+    'Field required' is dropped and the typo's fix is the rename."""
+    for where, meant in typos.items():
+        target = f"{where.rpartition('.')[0]}.{meant}" if "." in where else meant
+        if target in missing and target in by_field:
+            del by_field[target]
+            own_fix[where] = f"rename {where} to {target}"
+
+
 def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
                      fix: str = "see docs/scenario-reference.md for the fields and allowed values",
                      skip: frozenset[str] = frozenset(), model: Any = None, data: Any = None) -> RlsimError:
@@ -299,6 +317,8 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
     shown: dict[str, str] = {}
     related: list[str] = []
     own_fix: dict[str, str] = {}   # a validator's RlsimError: its message and fix, not its text nested
+    typos: dict[str, str] = {}     # an unknown key -> the field it is one typo from
+    missing: set[str] = set()
     for err in exc.errors():
         loc = tuple(err.get("loc", ()))
         cause = (err.get("ctx") or {}).get("error")
@@ -313,6 +333,9 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
             # a required key of a section: whoever gave the section left it out
             related.append(where.rpartition(".")[0])
             own_fix.setdefault(where, f"give {where} (docs/scenario-reference.md)")
+            missing.add(where)
+        if _typo_target(err, model):
+            typos[where] = _typo_target(err, model)
         message = cause.message if isinstance(cause, RlsimError) else str(err.get("msg", "invalid"))
         if isinstance(cause, RlsimError) and cause.fix:
             own_fix.setdefault(where, cause.fix)
@@ -325,6 +348,7 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
             message = message.removeprefix("Value error, ") + did_you_mean(err, model)
         by_field.setdefault(where, []).append(message)
         shown.setdefault(where, "" if isinstance(cause, RlsimError) else _shown(err.get("input", _MISSING)))
+    _fold_missing_typos(by_field, own_fix, typos, missing)
     items = [(where, " or ".join(dict.fromkeys(msgs)) + shown[where]) for where, msgs in by_field.items()]
     if len(items) == 1:
         out = RlsimError(items[0][1], source=source, field=items[0][0], fix=own_fix.get(items[0][0], fix))

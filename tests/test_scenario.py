@@ -325,6 +325,25 @@ def test_a_misspelt_required_key_is_named_as_the_typo_it_is():
     assert "names no preset" not in caught.value.message
 
 
+def test_a_misspelt_required_key_is_one_error_with_the_rename_as_its_fix():
+    """An audit (2026-12-07): the typo also listed 'workload.samples_per_prompt: Field required' as a
+    second error, and two errors took the generic fix (see docs/...). The required key the typo is one
+    letter from is the typo's doing: one error, the typo's field, the rename as the fix."""
+    from simulator.errors import RlsimError
+    from simulator.scenario import load_scenario
+    workload = {"model": "llama3.1-8b", "prompts_per_step": 64, "samples_per_promt": 8}
+    with pytest.raises(RlsimError) as caught:
+        load_scenario({"topology": "dgx-h100", "workload": workload})
+    assert caught.value.fields == ["workload.samples_per_promt"]
+    assert "Field required" not in str(caught.value) and "errors" not in caught.value.message
+    assert caught.value.fix == "rename workload.samples_per_promt to workload.samples_per_prompt"
+    # a required key left out beside the typo of another stays its own error
+    workload = {"model": "llama3.1-8b", "samples_per_promt": 8}
+    with pytest.raises(RlsimError) as caught:
+        load_scenario({"topology": "dgx-h100", "workload": workload})
+    assert set(caught.value.fields) == {"workload.prompts_per_step", "workload.samples_per_promt"}
+
+
 def test_a_mini_batch_that_does_not_divide_the_step_names_its_field_and_a_divisor():
     """The error named field 'workload' and the generic fix (an idle-time trial)."""
     with pytest.raises(RlsimError) as caught:
