@@ -355,16 +355,19 @@ def _uncertainty(jac: np.ndarray, res: np.ndarray, scale: np.ndarray, spread: fl
     columns), s^2 the residual variance, at least `spread`^2 (the logs' own step-to-step spread: a
     fit closer than that is luck, not precision). A parameter with a share in a direction they do not
     see (RANK_TOLERANCE) or barely see (WEAK_DIRECTION_RATIO, WEAK_SHARE), e.g. two parameters that
-    only ever enter one logged figure, gets inf."""
+    only ever enter one logged figure, gets inf, with too few residuals for a variance too (the
+    others' sigma is then undefined, nan)."""
     m, n = jac.shape
-    if m <= n:
-        return np.full(n, np.nan)
-    s2 = max(float(res @ res) / (m - n), spread ** 2)
-    norms, singular, vt = _normalized_svd(jac)
+    # zero rows give a short Jacobian's right vectors their null directions, changing nothing else
+    norms, singular, vt = _normalized_svd(np.vstack([jac, np.zeros((max(0, n - m), n))]))
     largest = singular[0] if len(singular) else 0.0
     seen = singular > RANK_TOLERANCE * largest
-    cov = (vt[seen].T / singular[seen] ** 2) @ vt[seen] * s2
-    sigma = np.sqrt(np.clip(np.diag(cov), 0.0, None)) / norms * scale
+    if m > n:
+        s2 = max(float(res @ res) / (m - n), spread ** 2)
+        cov = (vt[seen].T / singular[seen] ** 2) @ vt[seen] * s2
+        sigma = np.sqrt(np.clip(np.diag(cov), 0.0, None)) / norms * scale
+    else:
+        sigma = np.full(n, np.nan)
     blind = np.abs(vt[~seen]) > RANK_TOLERANCE
     weak = np.abs(vt[seen & (singular < WEAK_DIRECTION_RATIO * largest)]) > WEAK_SHARE
     sigma[np.any(np.vstack([blind, weak, np.zeros((1, n), bool)]), axis=0)] = np.inf

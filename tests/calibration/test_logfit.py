@@ -403,6 +403,22 @@ def test_the_fits_sigma_is_the_residual_variance_over_the_degrees_of_freedom():
     assert sigma[0] == pytest.approx(np.sqrt(1 / 3))
 
 
+def test_too_few_residuals_leave_a_sigma_undefined_but_an_unseen_parameter_unpinned():
+    """An audit (2026-12-07): 3 steps of one step time fitting the 3 default keys printed '+- n/a'
+    (pinned null: too few residuals) under a note saying the three were 'reported unpinned (sigma
+    inf)'. A direction the logs do not see is unpinned whatever the residual count: inf; a sigma of
+    a parameter the logs do see stays undefined (nan) without a residual variance."""
+    alike = np.ones((3, 3))                               # one logged figure moved alike by all three
+    assert np.isinf(logfit._uncertainty(alike, np.zeros(3), np.ones(3))).all()
+    both = np.column_stack([np.eye(2), [1.0, 1.0]])      # 2 residuals, 3 parameters: one null direction
+    assert np.isinf(logfit._uncertainty(both, np.zeros(2), np.ones(3))).all()
+    separate = np.eye(2)                                  # each seen, no degrees of freedom left
+    assert np.isnan(logfit._uncertainty(separate, np.zeros(2), np.ones(2))).all()
+    partly = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    sigma = logfit._uncertainty(partly, np.zeros(3), np.ones(3))
+    assert np.isinf(sigma[:2]).all() and np.isnan(sigma[2])
+
+
 def test_nearly_alike_parameters_are_not_pinned_and_the_spread_floors_the_residual_variance():
     """Two columns at a normalized singular-value ratio of ~1e-3 (they move the residuals almost
     alike) were 'pinned' from a near-zero residual: now inf, the third parameter still pinned; and a
