@@ -768,7 +768,7 @@ def _check_layout(model: ModelSpec, layout: RolloutLayout, params: InferencePara
     if model.num_heads % tp:
         raise RlsimError(f"tp={tp} does not divide the {model.num_heads} attention heads of {model.name}",
                          field=f"{layout_field}.tp",
-                         fix=f"use a tp dividing {model.num_heads}, e.g. {_divisors(model.num_heads)}")
+                         fix=f"use a tp dividing {model.num_heads}, e.g. {_divisors(model.num_heads, tp)}")
     if not model.is_mla and tp > model.num_kv_heads and tp % model.num_kv_heads:
         raise RlsimError(f"tp={tp} cannot replicate the {model.num_kv_heads} KV heads of {model.name} evenly",
                          field=f"{layout_field}.tp", fix=f"use a multiple of {model.num_kv_heads}")
@@ -778,7 +778,7 @@ def _check_layout(model: ModelSpec, layout: RolloutLayout, params: InferencePara
     if ep > 1 and model.num_experts % ep:
         raise RlsimError(f"ep={ep} does not divide the {model.num_experts} experts of {model.name}",
                          field=f"{layout_field}.ep",
-                         fix=f"use an ep dividing {model.num_experts}, e.g. {_divisors(model.num_experts)}")
+                         fix=f"use an ep dividing {model.num_experts}, e.g. {_divisors(model.num_experts, ep)}")
     for name in ("weight_dtype", "kv_dtype"):
         if getattr(layout, name) not in DTYPE_BYTES:
             dtype_bytes(getattr(layout, name), f"{layout_field}.{name}")
@@ -878,8 +878,11 @@ def _fallback_shape(op: str, n: int) -> tuple[int, float]:
     return (2 * (n - 1), 2.0 * (n - 1) / n) if op == "all_reduce" else (n - 1, (n - 1) / n)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n % d == 0][-4:]
+def _divisors(n: int, given: int) -> list[int]:
+    """Up to four powers of two dividing ``n``, the nearest to ``given`` by ratio (ascending): what to
+    write instead of a value that does not divide it."""
+    fits = [d for d in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n % d == 0]
+    return sorted(sorted(fits, key=lambda d: (abs(math.log2(d / given)), d))[:4])
 
 
 def _series(alpha: float, beta: float, lo: int, hi: int) -> float:

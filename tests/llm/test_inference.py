@@ -440,6 +440,16 @@ def test_tp_must_divide_the_query_heads():
     assert err.value.field == "rollout_layout.tp"
 
 
+@pytest.mark.parametrize("model, tp, suggested", [("qwen3-32b", 3, [1, 2, 4, 8]), ("qwen3-32b", 6, [2, 4, 8, 16]),
+                                                  ("qwen2.5-7b", 8, [1, 2, 4])])
+def test_a_tp_that_does_not_divide_the_heads_suggests_the_nearest_that_do(model, tp, suggested):
+    """An audit (2026-12-07): tp 3 on Qwen3-32B's 64 heads suggested [8, 16, 32, 64], the largest
+    powers of two dividing them, leaving out 4 and 2 next to what was given."""
+    with pytest.raises(RlsimError) as err:
+        RolloutEngine(load_model(model), H100, RolloutLayout(tp=tp))
+    assert err.value.fix.endswith(f"e.g. {suggested}")
+
+
 @pytest.mark.parametrize("layout, match, key", [
     (RolloutLayout(tp=8), "attention heads", "tp"),
     (RolloutLayout(ep=2), "needs an MoE model", "ep"),
