@@ -1697,8 +1697,8 @@ def _max_num_seqs(v: Values, recipe: str) -> int:
     if recipe in V1_RECIPES:
         v.result.notes.append(MAX_NUM_SEQS_V1_NOTE)
         return VERL_09_MAX_NUM_SEQS
-    v.result.notes.append(MAX_NUM_SEQS_DEFAULT_NOTE)
-    return v.count(key)
+    v.result.notes.append(MAX_NUM_SEQS_DEFAULT_NOTE)   # names the default taken: Values' own note would repeat it
+    return int(DEFAULTS[key])
 
 
 # vLLM's expert parallelism at data_parallel_size 1 (EP = the engine's tp GPUs): each holds E/tp whole experts

@@ -250,6 +250,8 @@ def test_verl_max_num_seqs_default_is_the_verl_that_runs_the_recipe():
     legacy = import_config("verl", EXAMPLES / "verl-one-step-off-qwen2.5-7b.yaml")
     assert legacy.scenario["workload"]["rollout_layout"]["max_num_seqs"] == 1024
     assert verl.MAX_NUM_SEQS_DEFAULT_NOTE in legacy.notes
+    # one note for the default taken: the generic "not given: verl's default 1024" repeated it (an audit)
+    assert [n for n in legacy.notes if "rollout.max_num_seqs not given" in n] == [verl.MAX_NUM_SEQS_DEFAULT_NOTE]
     v1 = import_config("verl", EXAMPLES / "verl-v1-sync-dapo-qwen2.5-7b.yaml")
     assert v1.scenario["workload"]["rollout_layout"]["max_num_seqs"] == verl.VERL_09_MAX_NUM_SEQS == 256
     assert verl.MAX_NUM_SEQS_V1_NOTE in v1.notes and verl.MAX_NUM_SEQS_DEFAULT_NOTE not in v1.notes
