@@ -34,6 +34,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # argparse's own exits with 2 already; keep its text short
         self.print_usage(sys.stderr)
+        # hinted from the words given, before a fix naming options is appended (whose words it read back)
+        hint = self._did_you_mean(message.split(":", 1)[1].split()) if message.startswith("unrecognized arguments:") else ""
         if message.startswith("unrecognized arguments:") and "=" in message and \
                 any(flag in getattr(self, "argv_given", sys.argv) for flag in ("--from-verl", "--from-nemo-rl", "--from-areal",
                                                                           "--from-openrlhf", "--from-trl", "--from-skyrl")):
@@ -41,9 +43,7 @@ class _Parser(argparse.ArgumentParser):
             message += (" (fix: give the config's key=value overrides right after its path: "
                         "--from-verl / --from-nemo-rl / --from-areal / --from-openrlhf / --from-trl / --from-skyrl CONFIG key=value ... "
                         "--topology ...)")
-        if message.startswith("unrecognized arguments:"):
-            message += self._did_you_mean(message.split(":", 1)[1].split())
-        self.exit(2, f"rlsim: error: {message}\n")
+        self.exit(2, f"rlsim: error: {message}{hint}\n")
 
     def _did_you_mean(self, words: list[str]) -> str:
         """A close option of this parser for each unrecognized option word (abbreviations are refused)."""
@@ -57,7 +57,7 @@ class _Parser(argparse.ArgumentParser):
             name = word.split("=")[0]
             close = [o for o in options if o.startswith(name)][:1] or difflib.get_close_matches(name, options, n=1,
                                                                                                 cutoff=0.75)
-            if word.startswith("--") and close:
+            if word.startswith("--") and close and close[0] != name:
                 hints.append(f"{name} -> {close[0]}")
         return f" (did you mean: {', '.join(hints)}?)" if hints else ""
 
