@@ -127,3 +127,15 @@ def test_plan_with_two_seeds_says_the_count_once(capsys):
     assert cli.main(["plan", "--seeds", "2", "--model", "qwen2.5-7b", "--topology", "dgx-h100", "--top", "1"]) == 0
     out = capsys.readouterr().out
     assert "(50% interval over 2 replicas: the [min, max])" in out and "of 2)" not in out
+
+
+def test_a_model_one_typo_from_a_preset_names_it(capsys, tmp_path):
+    """An audit (2026-12-07): `workload.model=qwen3-32bb` and a verl config's `Qwen/Qwen3-32BB` listed
+    every preset without the one meant."""
+    text = _error(capsys, "run", *SMALL, "--set", "workload.model=qwen3-32bb")
+    assert "unknown model 'qwen3-32bb'; did you mean 'qwen3-32b'?" in text
+    config = tmp_path / "verl.yaml"
+    config.write_text("actor_rollout_ref:\n  model: {path: Qwen/Qwen3-32BB}\n")
+    text = _error(capsys, "run", "--from-verl", str(config), "--print-scenario")
+    assert "field 'actor_rollout_ref.model.path': model 'Qwen/Qwen3-32BB' matches no model preset" in text
+    assert "; did you mean the preset 'qwen3-32b'?" in text

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ..errors import RlsimError
+from ..errors import RlsimError, one_typo_from
 from ..overrides import parse_assignment, set_dotted
 from ..presets import read_yaml, resolve
 from ..scenario import deep_merge
@@ -619,7 +619,9 @@ def model_for(value: Any, field_name: str, source: str, policy: bool = True) -> 
         if candidate in names:
             return candidate, f"model preset {candidate}"
     presets = ", ".join(sorted(names))
-    raise RlsimError(f"model {text!r} matches no model preset and is not a folder with a config.json",
+    meant = next((typo for typo in (one_typo_from(c, names) for c in _name_candidates(name)) if typo), "")
+    raise RlsimError(f"model {text!r} matches no model preset and is not a folder with a config.json"
+                     + meant.replace("did you mean '", "did you mean the preset '"),
                      source=source, field=field_name,
                      fix=(f"--set workload.model=PRESET (one of: {presets}) or a path to its config.json" if policy
                           else f"pass {field_name}= a model preset's id (one of: {presets}) or a folder with its "

@@ -1290,5 +1290,6 @@ def _preset_config(name: str, source: str, field: str = "model") -> dict[str, An
 
 
 def _raise_unknown(name: str, source: str | None = None, field: str = "model") -> Any:
-    raise RlsimError(f"unknown model {name!r}", source=source, field=field,
+    raise RlsimError(f"unknown model {name!r}{one_typo_from(str(name).strip().lower(), model_names())}",
+                     source=source, field=field,
                      fix=f"use one of: {', '.join(model_names())}, or a path to a config.json")
