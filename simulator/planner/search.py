@@ -168,6 +168,19 @@ class TrainCandidate:
 
 
 @dataclass
+class BlockSearches:
+    """A plan's block-recompute searches (_add_block_layouts): the first pass's candidates of full uniform
+    recompute that are the least of their structure that fits, before refinement (those a block layout is
+    searched beside), the model's layers, and each structure searched with the block layout it found (a
+    first-pass candidate) or None (none fits): a second ranking of the same plan (rerank_training) takes
+    these rather than searching them again."""
+
+    full_least: list[TrainCandidate]
+    layers: int
+    found: dict[tuple, TrainCandidate | None] = field(default_factory=dict)
+
+
+@dataclass
 class TrainPlan:
     candidates: list[TrainCandidate]   # best first
     enumerated: int
@@ -179,10 +192,14 @@ class TrainPlan:
     # the train_step_cost queries the evaluator's own checks timed beside its evaluations (a failure
     # re-plan's schedule check: an evaluator's ``checks_timed``), each charged as a timed evaluation is
     checks_timed: int = 0
-    # every candidate that fitted as the first pass timed it (its first aware placement), best first,
-    # and the leaders refined, by layout: what rerank_training ranks again without searching again
+    # every candidate that fitted as the first pass timed it (its first aware placement), best first (the
+    # block layouts the plan's bound searched among them), and the leaders refined, by layout: what
+    # rerank_training ranks again without searching again
     first_pass: list[TrainCandidate] = field(default_factory=list, repr=False)
     refined: dict[TrainChoice, TrainCandidate] = field(default_factory=dict, repr=False)
+    # the block-recompute search the plan made (None where planner.space.recompute_method has no block):
+    # what rerank_training searches its own kept set with, reusing what was found
+    blocks: BlockSearches | None = field(default=None, repr=False)
     step_tokens: float = 0.0   # global batch x sequence length: a candidate's tokens_per_s x its step time
 
     @property
@@ -460,8 +477,10 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
                            + (f"; the first refused: {refused.message}" if refused is not None else ""),
                            field="planner", fix=_fix_for_none(pruned, model),
                            planning_cost_s=params.search_cost_s(work.timed_queries, work.refused_early))
+    blocks = None
     if "block" in space.recompute_method:
-        _add_block_layouts(cands, full_least, work, int(model.num_layers), max(params.refine_top, top or 0, 1),
+        blocks = BlockSearches([dataclasses.replace(cand) for cand in full_least], int(model.num_layers))
+        _add_block_layouts(cands, full_least, blocks, work, max(params.refine_top, top or 0, 1),
                            params.recompute_step_share_max)
     cands.sort(key=_rank_key)
     first_pass = [dataclasses.replace(cand) for cand in cands]   # before the leaders' refinement changes them
@@ -471,7 +490,7 @@ def plan_training(model: Any, topology: Any, global_batch: int, seq_len: int, *,
     enumerated = len(choices) + sum(v for k, v in pruned.items() if not k.startswith(("infeasible", "recompute_")))
     plan = _ranked(cands, work, top, enumerated=enumerated, pruned=dict(sorted(pruned.items())),
                    cost_s=lambda timed, refused: params.search_cost_s(timed, refused))
-    plan.first_pass, plan.refined = first_pass, {cand.choice: cand for cand in leaders}
+    plan.first_pass, plan.refined, plan.blocks = first_pass, {cand.choice: cand for cand in leaders}, blocks
     return plan
 
 
@@ -479,18 +498,27 @@ def rerank_training(plan: TrainPlan, keep: Callable[[TrainChoice], bool], topolo
                     evaluator: Evaluator, *, params: PlannerParams | None = None, top: int | None = None) -> TrainPlan:
     """The plan that plan_training would give on the same space, ranks and evaluator with every layout
     ``keep`` rejects refused, from ``plan`` (one of plan_training's) rather than a second search: its
-    first pass kept, the kept leaders refined (their aware and naive placements) unless ``plan`` refined
-    them. Exact where ``keep`` holds alike for every recompute mode of a layout (_structure: dominance then
-    skips the same modes) and the evaluator would refuse the rest before timing anything (room beside a
-    consolidated tail: autoplan._consolidating). Only the refinement made here is evaluated and charged
-    (``evaluated``, ``planning_cost_s``: no fixed part, the search is not made again); ``pruned`` is
-    ``plan``'s. RlsimError where ``keep`` rejects every layout that fitted."""
+    first pass kept, the block recompute searched beside the kept full-recompute layouts as that search
+    would (bounded by the kept ones: _add_block_layouts; a structure ``plan`` searched already is not
+    searched again), the kept leaders refined (their aware and naive placements) unless ``plan`` refined
+    them. Exact where ``keep`` holds alike for every recompute mode and method of a layout (_structure:
+    dominance then skips the same modes) and the evaluator would refuse the rest before timing anything
+    (room beside a consolidated tail: autoplan._consolidating). Only the block searches and the refinement
+    made here are evaluated and charged (``evaluated``, ``planning_cost_s``: no fixed part, the search is
+    not made again); ``pruned`` is ``plan``'s. RlsimError where ``keep`` rejects every layout that fitted."""
     params = params or PlannerParams()
-    cands = [dataclasses.replace(cand) for cand in plan.first_pass if keep(cand.choice)]
+    blocks = None if plan.blocks is None else dataclasses.replace(plan.blocks, found=dict(plan.blocks.found))
+    # the block layouts of the first pass are those of the whole plan's bound: searched again below
+    cands = [dataclasses.replace(cand) for cand in plan.first_pass
+             if keep(cand.choice) and (blocks is None or cand.choice.recompute_method != "block")]
     if not cands:
         raise RlsimError(f"none of the {len(plan.first_pass)} training layouts that fit is kept", field="planner",
                          fix="widen planner.space, or keep more layouts")
     work = _Work(topology, list(ranks), evaluator, plan.step_tokens)
+    if blocks is not None:
+        _add_block_layouts(cands, [full for full in blocks.full_least if keep(full.choice)], blocks, work,
+                           max(params.refine_top, top or 0, 1), params.recompute_step_share_max)
+        cands.sort(key=_rank_key)
     for i in range(min(len(cands), max(params.refine_top, top or 0))):   # the leaders
         done = plan.refined.get(cands[i].choice)
         if done is None:
@@ -500,7 +528,7 @@ def rerank_training(plan: TrainPlan, keep: Callable[[TrainChoice], bool], topolo
     leaders = cands[: max(params.refine_top, top or 0)]
     out = _ranked(cands, work, top, enumerated=plan.enumerated, pruned=dict(plan.pruned),
                   cost_s=lambda timed, refused: params.search_cost_s(timed, refused, fixed=False))
-    out.first_pass, out.refined = plan.first_pass, {**plan.refined, **{c.choice: c for c in leaders}}
+    out.first_pass, out.refined, out.blocks = plan.first_pass, {**plan.refined, **{c.choice: c for c in leaders}}, blocks
     return out
 
 
@@ -593,22 +621,27 @@ def _first_pass(choices: list[TrainChoice], work: _Work, dominance_prune: bool, 
     return cands, refused, full_least
 
 
-def _add_block_layouts(cands: list[TrainCandidate], full_least: list[TrainCandidate], work: _Work, layers: int,
-                       keep: int, share_max: float) -> None:
+def _add_block_layouts(cands: list[TrainCandidate], full_least: Sequence[TrainCandidate], blocks: BlockSearches,
+                       work: _Work, keep: int, share_max: float) -> None:
     """Beside each of ``full_least`` (full uniform recompute, the least recompute of its structure that
     fits), the block layout of the fewest layers a chunk that fits (_fewest_block_layers), fastest first,
-    where it could still rank among the ``keep`` fastest: a block step is at least the full one less its
-    recompute, at most ``share_max`` of it (PlannerParams.recompute_step_share_max); the others are not
-    searched."""
+    where it could still rank among the ``keep`` fastest of ``cands``: a block step is at least the full
+    one less its recompute, at most ``share_max`` of it (PlannerParams.recompute_step_share_max); the
+    others are not searched. A structure ``blocks`` searched already is not searched again (what it found
+    is added); one searched here is recorded there."""
     ranked = sorted(cand.evaluation.step_time_s for cand in cands)
     for full in sorted(full_least, key=_rank_key):
         bar = ranked[keep - 1] if len(ranked) >= keep else math.inf
         if full.evaluation.step_time_s * (1 - share_max) >= bar:
             break   # sorted: no later one can rank either
-        chunk = -(-layers // (full.choice.pp * full.choice.vpp))
-        block = _fewest_block_layers(full.choice, full.placement, work, chunk)
+        structure = _structure(full.choice)
+        if structure not in blocks.found:
+            chunk = -(-blocks.layers // (full.choice.pp * full.choice.vpp))
+            found = _fewest_block_layers(full.choice, full.placement, work, chunk)
+            blocks.found[structure] = None if found is None else dataclasses.replace(found)   # before refinement
+        block = blocks.found[structure]
         if block is not None:
-            cands.append(block)
+            cands.append(dataclasses.replace(block))
             ranked.insert(bisect.bisect(ranked, block.evaluation.step_time_s), block.evaluation.step_time_s)
 
 

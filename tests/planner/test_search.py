@@ -218,3 +218,83 @@ def test_a_failure_replan_searches_block_recompute_only_from_a_block_layout():
     block = dataclasses.replace(uniform, recompute_method="block", recompute_num_layers=5)
     assert neighbourhood(uniform, FakeModel()).recompute_method == ["uniform"]
     assert neighbourhood(block, FakeModel()).recompute_method == ["uniform", "block"]
+
+
+def _room_evaluator(room_tp: int | None, calls: list, least_block: int = 7):
+    """Two structures on one node: TP 2 trains without recompute in 50 s; TP 1 fits with full recompute
+    only, uniform 132 s, block N from ``least_block`` layers a chunk on, 100 + N s (_block_evaluator). ``room_tp``: TP
+    above it refused before timing (no room beside a consolidated tail: TrainingEvaluator's room rule,
+    alike for every recompute mode); ``calls`` records the block layouts asked (N, judged or timed)."""
+    from simulator.planner.base import Evaluation, RefusedBeforeTiming
+
+    def fits(c):
+        if room_tp is not None and c.tp > room_tp:
+            raise RefusedBeforeTiming("no room beside the tail", field="schedule.kind")
+        if c.tp == 1 and (c.recompute != "full" or (c.recompute_method == "block" and c.recompute_num_layers < least_block)):
+            raise RefusedBeforeTiming("does not fit", field="memory")
+
+    def evaluate(c, ranks):
+        if c.recompute_method == "block":
+            calls.append((c.recompute_num_layers, "timed"))
+        fits(c)
+        if c.tp == 2:
+            return Evaluation(50.0 if c.recompute == "none" else 60.0, 1.0, 0.4, 1e9, 0.0)
+        return Evaluation(100.0 + (c.recompute_num_layers if c.recompute_method == "block" else 32), 1.0, 0.4, 1e9, 0.0)
+
+    def judge(c, ranks):
+        if c.recompute_method == "block":
+            calls.append((c.recompute_num_layers, "judged"))
+        fits(c)
+
+    evaluate.judge = judge
+    return evaluate
+
+
+def _room_plans(least_block: int = 7, **params):
+    """(the whole plan, its rerank without TP 2, the plan searched with TP 2 refused, the rerank's block calls)."""
+    from simulator.planner import rerank_training
+    from simulator.planner.search import SearchSpace, plan_training
+    from tests.planner.test_planner import FakeModel, FakeTopology
+
+    space = SearchSpace(tp=[1, 2], pp=[1], vpp=[1], cp=[1], zero=[1], micro_batch=[1])
+    settings = PlannerParams(refine_top=0, **params)
+    topo = FakeTopology(1)
+
+    def plan(room_tp):
+        return plan_training(FakeModel(), topo, 64, 4096, evaluator=_room_evaluator(room_tp, [], least_block), space=space,
+                             params=settings, top=1)
+    whole, calls = plan(None), []
+    rerank = rerank_training(whole, lambda c: c.tp == 1, topo, range(8), _room_evaluator(None, calls, least_block),
+                             params=settings, top=1)
+    return whole, rerank, plan(1), calls
+
+
+def test_the_rerank_searches_block_recompute_of_the_layouts_it_keeps():
+    """The whole plan's bar is TP 2's 50 s: TP 1's full-recompute 132 s, at best 88 s in block, is not
+    searched. The rerank keeping TP 1 alone (room beside a consolidated tail) has no bar: its block layout
+    (7 layers a chunk, 107 s) is searched there, as the search with TP 2 refused finds it (it gave full
+    uniform, 132 s), its probes and the N found charged as that search charges them."""
+    import math
+
+    whole, rerank, refused, calls = _room_plans()
+    assert whole.best.choice.tp == 2 and not any(c.choice.recompute_method == "block" for c in whole.first_pass)
+    best = rerank.best.choice
+    assert (best.tp, best.recompute_method, best.recompute_num_layers) == (1, "block", 7)
+    assert rerank.best.evaluation == refused.best.evaluation and best == refused.best.choice
+    probes = sum(1 for call in calls if call[1] == "judged")
+    assert 0 < probes <= math.ceil(math.log2(31)) and calls[-1] == (7, "timed")
+    # and its leader's refinement: one aware placement at TP 1 on one node, the naive one the same (counted)
+    assert (rerank.evaluated, rerank.refused_before_timing) == (probes + 1 + 1, probes)
+    assert rerank.planning_cost_s == PlannerParams().search_cost_s(1 + 1, probes, fixed=False)
+
+
+def test_the_rerank_reuses_the_block_searches_of_the_first_pass():
+    """Where the whole plan searched a kept structure's block layout (the bound off: share 1), the rerank
+    takes what it found without asking again; where that search found none (no N below the chunk fits:
+    share 1, and nothing fits before 32 layers), it does not search again either."""
+    whole, rerank, refused, calls = _room_plans(recompute_step_share_max=1.0)
+    assert any(c.choice.recompute_method == "block" for c in whole.first_pass)
+    assert calls == [] and rerank.evaluated == 1   # its leader's refinement alone (the naive placement, counted)
+    assert rerank.best.choice == refused.best.choice and rerank.best.choice.recompute_num_layers == 7
+    _, none_found, _, calls = _room_plans(recompute_step_share_max=1.0, least_block=32)
+    assert calls == [] and none_found.evaluated == 1 and none_found.best.choice.recompute_method == "uniform"
