@@ -232,11 +232,12 @@ def test_colocated_stalesync_under_auto_runs_the_faster_of_consolidating_and_not
     assert consolidating["steady_tokens_per_s"] > synchronous["steady_tokens_per_s"]
     assert train["layout"] == consolidating["layout"] and summary["steady_tokens_per_s"] == consolidating["steady_tokens_per_s"]
     assert TrainLayout.from_mapping(dict(train["layout"])).pool_unit <= room_beside_tail(load_scenario())(384)
-    # ranked from the first search's candidates, not searched again (176.1 s of the 351.4 s charged): only
-    # its leaders' refinement is new, refine_top of them x (two more aware placements + the naive one)
-    from simulator.planner import PlannerParams
-    params, extra = PlannerParams(), summary["auto_layout"]["planning_cost_s"] - train["planning_cost_s"]
-    assert 0 < extra <= params.refine_top * 3 * params.eval_cost_s + 1e-9
+    # ranked from the first search's candidates, not searched again (176.1 s of the 351.4 s charged, about
+    # the first search's own): only its leaders' refinement and the block recompute of the room-leaving layouts
+    # the first search's bound did not reach are new (0.73 s of 25.6 s: tests/planner/test_search.py has them
+    # charged exactly)
+    extra = summary["auto_layout"]["planning_cost_s"] - train["planning_cost_s"]
+    assert 0 < extra < 0.05 * train["planning_cost_s"]
     assert summary["stage_time_s"].get("tail_generate", 0.0) > 0 and "stalesync_no_room" not in summary
     assert any(note.startswith("layout: auto ran two training layouts and kept the faster") and "consolidating" in note
                for note in summary["notes"])
