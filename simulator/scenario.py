@@ -751,8 +751,11 @@ class SwitchParams(_Strict):
     def _fixed_cost_applies(cls, value: float, info: ValidationInfo) -> float:
         """kv_realloc_s is the switch's KV cost without sleep mode, sleep_wake_s and the sleep level
         with it: setting the one that does not apply would be silently ignored (validators run on
-        given values only)."""
-        sleeps = bool((info.data or {}).get("engine_sleep", False))
+        given values only). An engine_sleep that failed its own check (absent from the data validated)
+        is the one error: what it would gate is not judged against a value never read."""
+        if "engine_sleep" not in (info.data or {}):
+            return value
+        sleeps = bool(info.data["engine_sleep"])
         if (info.field_name == "kv_realloc_s") == sleeps:
             needs = "false" if sleeps else "true"
             raise ValueError(f"applies only with schedule.switch.engine_sleep: {needs} (kv_realloc_s without sleep "

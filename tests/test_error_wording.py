@@ -139,3 +139,13 @@ def test_a_model_one_typo_from_a_preset_names_it(capsys, tmp_path):
     text = _error(capsys, "run", "--from-verl", str(config), "--print-scenario")
     assert "field 'actor_rollout_ref.model.path': model 'Qwen/Qwen3-32BB' matches no model preset" in text
     assert "; did you mean the preset 'qwen3-32b'?" in text
+
+
+@pytest.mark.parametrize("dependent", ["engine_sleep_level=2", "sleep_wake_s=3", "kv_realloc_s=2"])
+def test_a_bad_engine_sleep_is_the_one_error_not_its_dependents_too(capsys, dependent):
+    """An audit (2026-12-07): `engine_sleep=maybe` beside `engine_sleep_level=2` also said the level
+    "applies only with engine_sleep: true", a second error caused by the first; the root cause alone."""
+    text = _error(capsys, "run", *SMALL, "--schedule", "colocated", "--set", "schedule.switch.engine_sleep=maybe",
+                  "--set", f"schedule.switch.{dependent}")
+    assert "field 'schedule.switch.engine_sleep': " in text and "errors:" not in text
+    assert "applies only with" not in text
