@@ -40,13 +40,47 @@ def parse_assignment(item: str) -> tuple[str, Any]:
                          fix="write the dotted key without a doubled, leading or trailing dot, e.g. topology.nodes=16")
     try:
         value = yaml_value(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    except yaml.YAMLError as exc:
+        if raw.strip().startswith(tuple(_FLOW_CLOSERS)):   # a list or mapping meant: say what is wrong with it
+            raise _unreadable_flow(key, raw.strip(), exc) from None
+        value = raw   # not YAML (`@home`): the text as written
     except (RecursionError, ValueError):   # nesting too deep; an integer of more than 4,300 digits
         raise RlsimError(f"cannot read the value of --set {key}", field=key,
                          fix="give a number of a sensible size or a plain value") from None
     check_expansion(value, "--set", key)
     return key, value
+
+
+# The flow collections a `--set` value may open, by their opening bracket: the bracket closing each.
+_FLOW_CLOSERS = {"[": "]", "{": "}"}
+
+
+def _unclosed(text: str) -> str:
+    """The brackets ``text`` leaves open, as the closers that would close them, innermost first
+    ('[1, [2' -> ']]'); quotes are not tracked (an error message's guess, not a parser)."""
+    stack: list[str] = []
+    for char in text:
+        if char in _FLOW_CLOSERS:
+            stack.append(_FLOW_CLOSERS[char])
+        elif stack and char == stack[-1]:
+            stack.pop()
+    return "".join(reversed(stack))
+
+
+def _unreadable_flow(key: str, raw: str, exc: yaml.YAMLError) -> RlsimError:
+    """The error of a `--set` value that opens a list or mapping YAML cannot read: a bracket left open
+    at the end of the value, with the value closed as the fix; any other fault with YAML's own words."""
+    what = "list" if raw.startswith("[") else "mapping"
+    closers = _unclosed(raw)
+    mark = getattr(exc, "problem_mark", None)
+    if closers and mark is not None and mark.index >= len(raw):   # the text ended with a bracket open
+        return RlsimError(f"the {what} opened with '{raw[0]}' is not closed (no '{closers[-1]}' ends it)",
+                          field=key, fix=f"close it: --set '{key}={raw}{closers}'")
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    example = "[1, 2]" if what == "list" else "{a: 1}"
+    return RlsimError(f"cannot read the {what} {raw!r}: {problem}", field=key,
+                      fix=f"write a YAML flow {what}, e.g. --set '{key}={example}' (a text that starts with a "
+                          f"bracket goes in quotes: --set '{key}=\"{raw}\"')")
 
 
 # What a string given for a section stands for when keys are set under it: `--set schedule=stalesync`

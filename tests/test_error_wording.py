@@ -149,3 +149,10 @@ def test_a_bad_engine_sleep_is_the_one_error_not_its_dependents_too(capsys, depe
                   "--set", f"schedule.switch.{dependent}")
     assert "field 'schedule.switch.engine_sleep': " in text and "errors:" not in text
     assert "applies only with" not in text
+
+
+def test_an_unclosed_list_says_so_not_to_drop_quotes(capsys):
+    """An audit (2026-12-07): `--set workload.prompts_per_step=[1` said "write the number without quotes"."""
+    text = _error(capsys, "run", *SMALL, "--set", "workload.prompts_per_step=[1")
+    assert text == ("rlsim: error: --set workload.prompts_per_step=[1: field 'workload.prompts_per_step': the list "
+                    "opened with '[' is not closed (no ']' ends it) (fix: close it: --set 'workload.prompts_per_step=[1]')")

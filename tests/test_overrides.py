@@ -21,7 +21,7 @@ from simulator.overrides import apply_overrides, parse_assignment, section, set_
     (" seed = 3", ("seed", 3)),             # spaces around the key are trimmed
     ("workload.name=", ("workload.name", "")),
     ("a={b: 1}", ("a", {"b": 1})),
-    ("a=[unclosed", ("a", "[unclosed")),    # not YAML: kept as the raw text
+    ("a=@home", ("a", "@home")),            # not YAML: kept as the raw text
     # YAML 1.2 exponent floats, which PyYAML's YAML 1.1 reads as strings (found by fuzzing topology keys)
     ("topology.host.efficiency=9e-1", ("topology.host.efficiency", 0.9)),
     ("a=1.5e3", ("a", 1500.0)),
@@ -31,6 +31,20 @@ from simulator.overrides import apply_overrides, parse_assignment, section, set_
 ])
 def test_parse_assignment(item: str, expected: tuple[str, object]) -> None:
     assert parse_assignment(item) == expected
+
+
+@pytest.mark.parametrize("item, message, fix", [
+    ("a=[unclosed", "the list opened with '[' is not closed (no ']' ends it)", "close it: --set 'a=[unclosed]'"),
+    ("a=[1, [2", "the list opened with '[' is not closed (no ']' ends it)", "close it: --set 'a=[1, [2]]'"),
+    ("a={b: 1", "the mapping opened with '{' is not closed (no '}' ends it)", "close it: --set 'a={b: 1}'"),
+    ("a=[1]]", "cannot read the list '[1]]': did not find expected <document start>", "--set 'a=[1, 2]'"),
+])
+def test_a_list_or_mapping_yaml_cannot_read_is_refused_naming_the_bracket(item: str, message: str, fix: str) -> None:
+    """An audit (2026-12-07): `--set key=[1` was kept as the text '[1', which a number field refused with
+    "write the number without quotes" (there were none)."""
+    with pytest.raises(RlsimError) as info:
+        parse_assignment(item)
+    assert info.value.field == "a" and info.value.message == message and fix in info.value.fix
 
 
 @pytest.mark.parametrize("item", ["topology.nodes", "=3", "  =3", ""])
