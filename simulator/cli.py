@@ -33,7 +33,9 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # argparse's own exits with 2 already; keep its text short
-        self.print_usage(sys.stderr)
+        # the top-level parser reports a subcommand's unknown words: the usage shown is the subcommand's
+        command = self._command_parser() if message.startswith("unrecognized arguments:") else None
+        (command or self).print_usage(sys.stderr)
         # hinted from the words given, before a fix naming options is appended (whose words it read back)
         hint = self._did_you_mean(message.split(":", 1)[1].split()) if message.startswith("unrecognized arguments:") else ""
         if message.startswith("unrecognized arguments:") and "=" in message and \
@@ -45,13 +47,19 @@ class _Parser(argparse.ArgumentParser):
                         "--topology ...)")
         self.exit(2, f"rlsim: error: {message}{hint}\n")
 
+    def _command_parser(self) -> argparse.ArgumentParser | None:
+        """The parser of the subcommand the arguments given invoke, where this parser has subcommands
+        and they name one of them (None else)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return action.choices.get(_command_named(getattr(self, "argv_given", sys.argv[1:])) or "")
+        return None
+
     def _did_you_mean(self, words: list[str]) -> str:
         """A close option of this parser for each unrecognized option word (abbreviations are refused)."""
         options = [o for o in self._option_string_actions if o.startswith("--")]
-        for action in self._actions:   # the top-level parser reports a subcommand's unknown words
-            if isinstance(action, argparse._SubParsersAction):
-                command = action.choices.get(_command_named(getattr(self, "argv_given", sys.argv[1:])) or "")
-                options += [o for o in getattr(command, "_option_string_actions", ()) if o.startswith("--")]
+        command = self._command_parser()   # the top-level parser reports a subcommand's unknown words
+        options += [o for o in getattr(command, "_option_string_actions", ()) if o.startswith("--")]
         hints = []
         for word in words:
             name = word.split("=")[0]

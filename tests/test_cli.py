@@ -206,3 +206,21 @@ def test_a_help_example_continued_on_the_next_line_shows_its_backslash():
     joined = [f"{where}: {line}" for where, text in help_epilogs().items() for line in text.splitlines()
               if re.search(r"\S {3,}--", line)]
     assert joined == []
+
+
+@pytest.mark.parametrize("argv, usage", [
+    (["calibrate", "--iterations", "3"], "usage: rlsim calibrate "),
+    (["run", "--bogus"], "usage: rlsim run "),
+])
+def test_an_option_a_subcommand_lacks_shows_the_subcommands_usage(capsys, argv, usage):
+    """An audit (2026-12-07): `rlsim calibrate --iterations 3` printed the top-level usage
+    (`rlsim [-h] [--version] COMMAND ...`), not the options calibrate takes."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and "unrecognized arguments: " + " ".join(argv[1:]) in err
+    assert "COMMAND ..." not in err
+
+
+def test_an_unknown_subcommand_still_shows_the_top_level_usage(capsys):
+    assert cli.main(["simulate"]) == 2
+    assert capsys.readouterr().err.startswith("usage: rlsim [-h] [--version] COMMAND ...")
