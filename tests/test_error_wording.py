@@ -156,3 +156,19 @@ def test_an_unclosed_list_says_so_not_to_drop_quotes(capsys):
     text = _error(capsys, "run", *SMALL, "--set", "workload.prompts_per_step=[1")
     assert text == ("rlsim: error: --set workload.prompts_per_step=[1: field 'workload.prompts_per_step': the list "
                     "opened with '[' is not closed (no ']' ends it) (fix: close it: --set 'workload.prompts_per_step=[1]')")
+
+
+@pytest.mark.parametrize("rollout, tp, words, fix", [
+    (7, 2, "leaves 1 of the 8 devices to train on, and a training replica needs 2 devices (tp 2 x cp 1 x pp 1 = 2)",
+     "give at most 6 (the rest train)"),
+    (40, 1, "leaves 0 of the 8 devices to train on, and a training replica needs 1 device (tp 1 x cp 1 x pp 1 = 1)",
+     "give at most 7 (the rest train)"),
+    (8, 8, "leaves 0 of the 8 devices to train on, and a training replica needs 8 devices (tp 8 x cp 1 x pp 1 = 8)",
+     "no rollout pool fits beside a training replica of 8 devices on 8 devices"),
+])
+def test_rollout_devices_leaving_no_replica_says_how_many_one_needs(capsys, rollout, tp, words, fix):
+    """An audit (2026-12-07): "rollout_devices=40 leaves no training replica (1 devices)" said neither
+    how many devices were left nor, in the singular, how many a replica needs."""
+    text = _error(capsys, "run", *SMALL, "--schedule", "disaggregated", "--set", "topology.nodes=1",
+                  "--set", f"workload.train_layout.tp={tp}", "--set", f"schedule.rollout_devices={rollout}")
+    assert f"field 'schedule.rollout_devices': rollout_devices={rollout} {words} (fix: {fix}" in text
