@@ -224,3 +224,23 @@ def test_an_option_a_subcommand_lacks_shows_the_subcommands_usage(capsys, argv, 
 def test_an_unknown_subcommand_still_shows_the_top_level_usage(capsys):
     assert cli.main(["simulate"]) == 2
     assert capsys.readouterr().err.startswith("usage: rlsim [-h] [--version] COMMAND ...")
+
+
+def _plan_header(capsys, stage: str) -> list[str]:
+    """The column titles of `rlsim plan --stage STAGE`'s table (qwen2.5-7b on one DGX H100 node)."""
+    argv = ["plan", "--stage", stage, "--topology", "dgx-h100", "--model", "qwen2.5-7b", "--top", "1"]
+    if stage == "train":
+        argv += ["--global-batch", "64", "--seq-len", "2048"]
+    assert cli.main(argv) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("┃"))
+    return [cell.strip() for cell in header.strip("┃").split("┃")]
+
+
+def test_a_plan_table_says_what_its_time_is_and_has_no_empty_columns(capsys):
+    """An audit (2026-12-07): `rlsim plan --stage rollout` showed empty "naive s" and "TP level" columns
+    (a rollout layout has no training placement), and "step s" read as an RL step where it is one
+    optimizer step (training) or the batch's generation (rollout)."""
+    rollout = _plan_header(capsys, "rollout")
+    assert "rollout s" in rollout and not {"step s", "naive s", "TP level"} & set(rollout)
+    train = _plan_header(capsys, "train")
+    assert {"optimizer step s", "naive s", "TP level"} <= set(train) and "step s" not in train

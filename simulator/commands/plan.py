@@ -632,6 +632,11 @@ def _layout_cell(layout: dict[str, Any], key: str) -> str:
     return str(layout.get(key, {"zero_shard_size": "all", "pp": 1}.get(key, "")))
 
 
+# The plan table's column of a layout's step_time_s, by stage: what that time is (a training layout's is
+# one optimizer step of the batch planned, not an RL step; a rollout layout's the batch's generation).
+STEP_COLUMN = {"train": "optimizer step s", "rollout": "rollout s"}
+
+
 def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[dict[str, Any]]) -> None:
     from ..report.console import Console, Table
 
@@ -647,8 +652,10 @@ def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[di
     if stage == "train" and any("zero_shard_size" in r["layout"] for r in rows):   # HSDP candidates searched
         keys.insert(keys.index("zero") + 1, "zero_shard_size")
     aux = any("aux_pool_memory_per_device_bytes" in r for r in rows)   # fuse: actor's aux pool: its peak too
-    for k in ["#", *keys, "step s", "TFLOP/s/dev", "MFU", "mem GB", *(["aux mem GB"] if aux else []), "comm",
-              "tokens/s", "naive s", "TP level"]:
+    # the placement's columns where a row has them (training layouts; a rollout layout has no placement)
+    placed = any(r.get("naive_step_time_s") is not None or r.get("tp_level") for r in rows)
+    for k in ["#", *keys, STEP_COLUMN[stage], "TFLOP/s/dev", "MFU", "mem GB", *(["aux mem GB"] if aux else []),
+              "comm", "tokens/s", *(["naive s", "TP level"] if placed else [])]:
         table.add_column(k, justify="right")
     for i, r in enumerate(rows, 1):
         lay = r["layout"]
@@ -658,7 +665,7 @@ def _print_table(stage: str, model: Any, topology: Any, plan: Any, rows: list[di
         table.add_row(str(i), *[_layout_cell(lay, k) for k in keys], f"{r['step_time_s']:.3f}",
                       f"{r['tflops_per_device']:.1f}", f"{r['mfu']:.3f}", f"{r['memory_per_device_bytes'] / 1e9:.1f}",
                       *aux_gb, f"{r['comm_fraction']:.2f}", f"{r['tokens_per_s']:.0f}",
-                      "" if naive is None else f"{naive:.3f}", str(r.get("tp_level", "")))
+                      *(["" if naive is None else f"{naive:.3f}", str(r.get("tp_level", ""))] if placed else []))
     Console(width=200).print(table)
     if plan.pruned:
         print("pruned: " + ", ".join(f"{k} {v}" for k, v in plan.pruned.items()))
