@@ -77,12 +77,15 @@ class CrossFieldError(ValueError):
     it read, beside the validated field (a field validator) or, with ``at`` (a model validator: the
     field at fault, under the model), inside the validated model. validation_error reports the error
     at that field and lists the siblings as its ``related``, so the error names the file or --set
-    item that gave any of them, not only the one at fault."""
+    item that gave any of them, not only the one at fault. ``fix``, where given, is the error's fix
+    (the generic one else), as an RlsimError's."""
 
-    def __init__(self, message: str, *siblings: str, at: str | None = None) -> None:
+    def __init__(self, message: str, *siblings: str, at: str | None = None, fix: str | None = None) -> None:
         super().__init__(message)
+        self.message = message
         self.siblings = siblings
         self.at = at
+        self.fix = fix
 
 
 @contextmanager
@@ -336,8 +339,9 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
             missing.add(where)
         if _typo_target(err, model):
             typos[where] = _typo_target(err, model)
-        message = cause.message if isinstance(cause, RlsimError) else str(err.get("msg", "invalid"))
-        if isinstance(cause, RlsimError) and cause.fix:
+        worded = isinstance(cause, (RlsimError, CrossFieldError)) and cause.fix is not None   # its own fix
+        message = cause.message if isinstance(cause, RlsimError) or worded else str(err.get("msg", "invalid"))
+        if worded and cause.fix:
             own_fix.setdefault(where, cause.fix)
         plain = _plain_words(err, where, model, skip, data)
         if plain is not None:
@@ -347,13 +351,14 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
         else:
             message = message.removeprefix("Value error, ") + did_you_mean(err, model)
         by_field.setdefault(where, []).append(message)
-        shown.setdefault(where, "" if isinstance(cause, RlsimError) else _shown(err.get("input", _MISSING)))
+        shown.setdefault(where, "" if isinstance(cause, RlsimError) or worded else _shown(err.get("input", _MISSING)))
     _fold_missing_typos(by_field, own_fix, typos, missing)
     items = [(where, " or ".join(dict.fromkeys(msgs)) + shown[where]) for where, msgs in by_field.items()]
     if len(items) == 1:
         out = RlsimError(items[0][1], source=source, field=items[0][0], fix=own_fix.get(items[0][0], fix))
-    else:
-        listed = "; ".join(f"field '{where}': {text}" for where, text in items)
+    else:   # each with its own fix, where it has one (the generic one closes the list)
+        listed = "; ".join(f"field '{where}': {text}" + (f" (fix: {own_fix[where]})" if where in own_fix else "")
+                           for where, text in items)
         out = RlsimError(f"{len(items)} errors: {listed}", source=source, fix=fix)
         out.field = items[0][0] if items else (prefix or None)
         out.fields = [where for where, _ in items]

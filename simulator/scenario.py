@@ -614,9 +614,9 @@ class WorkloadConfig(_Strict):
         if value is not None and isinstance(step, int) and step % value:
             divisors = [d for d in range(1, step + 1) if step % d == 0 and d <= value][-3:][::-1]
             raise CrossFieldError(f"mini_batch_prompts={value} must divide prompts_per_step={step} (an optimizer "
-                                  f"step takes that many prompts of the step's): give a divisor of {step}, e.g. "
-                                  f"{', '.join(map(str, divisors))}, or leave it unset (one optimizer step a step)",
-                                  "prompts_per_step")
+                                  "step takes that many prompts of the step's)", "prompts_per_step",
+                                  fix=f"give a divisor of {step}, e.g. {', '.join(map(str, divisors))}, or leave it "
+                                      "unset (one optimizer step a step)")
         return value
 
     @model_validator(mode="after")
@@ -758,8 +758,9 @@ class SwitchParams(_Strict):
         sleeps = bool(info.data["engine_sleep"])
         if (info.field_name == "kv_realloc_s") == sleeps:
             needs = "false" if sleeps else "true"
-            raise ValueError(f"applies only with schedule.switch.engine_sleep: {needs} (kv_realloc_s without sleep "
-                             f"mode; sleep_wake_s and engine_sleep_level with it); remove it or set engine_sleep: {needs}")
+            raise RlsimError(f"applies only with schedule.switch.engine_sleep: {needs} (kv_realloc_s without sleep "
+                             "mode; sleep_wake_s and engine_sleep_level with it)",
+                             fix=f"remove it or set engine_sleep: {needs}")
         return value
 
 

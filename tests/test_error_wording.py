@@ -172,3 +172,24 @@ def test_rollout_devices_leaving_no_replica_says_how_many_one_needs(capsys, roll
     text = _error(capsys, "run", *SMALL, "--schedule", "disaggregated", "--set", "topology.nodes=1",
                   "--set", f"workload.train_layout.tp={tp}", "--set", f"schedule.rollout_devices={rollout}")
     assert f"field 'schedule.rollout_devices': rollout_devices={rollout} {words} (fix: {fix}" in text
+
+
+def test_a_validator_that_states_its_fix_is_not_followed_by_the_generic_one(capsys):
+    """An audit (2026-12-07): a validator's message stated its fix, and the CLI added "(fix: see
+    docs/scenario-reference.md ...)" after it; the fix is the validator's own."""
+    text = _error(capsys, "run", *SMALL, "--set", "workload.mini_batch_prompts=7")
+    assert text.endswith("field 'workload.mini_batch_prompts': mini_batch_prompts=7 must divide prompts_per_step=512 "
+                         "(an optimizer step takes that many prompts of the step's) (fix: give a divisor of 512, e.g. "
+                         "4, 2, 1, or leave it unset (one optimizer step a step))")
+    text = _error(capsys, "run", *SMALL, "--schedule", "colocated", "--set", "schedule.switch.sleep_wake_s=3")
+    assert text.endswith("field 'schedule.switch.sleep_wake_s': applies only with schedule.switch.engine_sleep: true "
+                         "(kv_realloc_s without sleep mode; sleep_wake_s and engine_sleep_level with it) (fix: remove "
+                         "it or set engine_sleep: true)")
+
+
+def test_each_error_of_several_keeps_its_own_fix(capsys):
+    text = _error(capsys, "run", *SMALL, "--set", "workload.mini_batch_prompts=7", "--set", "workload.samples_per_prompt=0")
+    assert "field 'workload.mini_batch_prompts': mini_batch_prompts=7 must divide prompts_per_step=512 (an optimizer " \
+           "step takes that many prompts of the step's) (fix: give a divisor of 512" in text
+    assert "field 'workload.samples_per_prompt': must be greater than 0 (got 0) (fix: set " \
+           "workload.samples_per_prompt to a value greater than 0)" in text

@@ -349,7 +349,7 @@ def test_a_mini_batch_that_does_not_divide_the_step_names_its_field_and_a_diviso
     with pytest.raises(RlsimError) as caught:
         load_scenario(None, workload="grpo-qwen2.5-7b", overrides=["workload.prompts_per_step=64"])
     assert caught.value.field == "workload.mini_batch_prompts"
-    assert "divisor of 64, e.g. 64, 32, 16" in caught.value.message
+    assert "divisor of 64, e.g. 64, 32, 16" in caught.value.fix
 
 
 @pytest.mark.parametrize(("yaml_text", "field", "says"), [
