@@ -127,8 +127,8 @@ def _gated_knob_applies(section: str, model: type[StrictModel], value: Any, info
     gate = GATED_KNOBS[section][name]
     if value == model.model_fields[name].default or not all(k in data for k in gate.keys) or gate.applies(data):
         return value
-    raise ValueError(f"applies only with {gate.needs} ({gate.why}); remove {section}.{name}, or "
-                     f"{gate.fix or 'set ' + gate.needs}")
+    raise RlsimError(f"applies only with {gate.needs} ({gate.why})",
+                     fix=f"remove {section}.{name}, or {gate.fix or 'set ' + gate.needs}")
 
 
 def without_inapplicable_stack_values(merged: dict[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
@@ -381,8 +381,9 @@ class ComputeParams(StrictModel):
         """The cost layer sets these per pass (model_copy, unvalidated); a given value would act on every pass."""
         if value:
             which = "forward" if info.field_name == "entropy_traffic_bytes_per_logit" else "backward"
-            raise ValueError(f"is set per pass from workload.entropy (the passes that compute the entropy over the "
-                             f"vocabulary); remove it, and give workload.entropy with {which}_bytes_per_logit")
+            raise RlsimError("is set per pass from workload.entropy (the passes that compute the entropy over the "
+                             "vocabulary)",
+                             fix=f"remove it, and give workload.entropy with {which}_bytes_per_logit")
         return value
 
 
@@ -676,8 +677,9 @@ class MemoryParams(StrictModel):
         """One message for a value neither a boolean nor "unless_pipelined" (the union's two said apart)."""
         if isinstance(value, bool) or value == RESHARD_UNLESS_PIPELINED:
             return value
-        raise ValueError(f"takes true, false or {RESHARD_UNLESS_PIPELINED!r} (reshard unless the layout has "
-                         "pipeline stages)")
+        raise RlsimError(f"{value!r} is neither true, false nor {RESHARD_UNLESS_PIPELINED!r}",
+                         fix=f"give true, false or {RESHARD_UNLESS_PIPELINED!r} (reshard unless the layout has "
+                             "pipeline stages)")
 
     @field_validator("zero3_reshard_after_forward", mode="after")
     @classmethod
@@ -685,9 +687,9 @@ class MemoryParams(StrictModel):
         """Layers gathered ahead exist only where each layer is resharded after its forward."""
         prefetch = (info.data or {}).get("zero3_prefetch_layers")
         if not value and prefetch is not None and prefetch != cls.model_fields["zero3_prefetch_layers"].default:
-            raise ValueError("false keeps every layer whole from its forward, so zero3_prefetch_layers (layers "
-                             "gathered ahead) is not read: remove zero3_prefetch_layers, or keep "
-                             "zero3_reshard_after_forward: true")
+            raise RlsimError("false keeps every layer whole from its forward, so zero3_prefetch_layers (layers "
+                             "gathered ahead) is not read",
+                             fix="remove zero3_prefetch_layers, or keep zero3_reshard_after_forward: true")
         return value
 
     @field_validator(*GATED_KNOBS["memory"], mode="after")
@@ -706,9 +708,9 @@ class MemoryParams(StrictModel):
                              "zero3_sync_last_micro_batch_only")
                  if getattr(self, k) != type(self).model_fields[k].default]
         if given:
-            raise ValueError(f"zero3_max_live_params (DeepSpeed's live-parameter window) replaces FSDP's layer-by-layer "
-                             f"working set, so {', '.join(given)} is not read: remove {', '.join(given)}, or "
-                             "zero3_max_live_params")
+            raise RlsimError("zero3_max_live_params (DeepSpeed's live-parameter window) replaces FSDP's layer-by-layer "
+                             f"working set, so {', '.join(given)} is not read",
+                             fix=f"remove {', '.join(given)}, or zero3_max_live_params")
         return self
 
     @field_validator("kept_grad_bytes_per_param", mode="after")
@@ -720,12 +722,12 @@ class MemoryParams(StrictModel):
         if kept is None:
             return kept
         if not data.get("grad_buffer_persists", fields["grad_buffer_persists"].default):
-            raise ValueError("it sizes the gradients kept between steps, and grad_buffer_persists false keeps none: "
-                             "remove kept_grad_bytes_per_param, or set grad_buffer_persists: true")
+            raise RlsimError("it sizes the gradients kept between steps, and grad_buffer_persists false keeps none",
+                             fix="remove kept_grad_bytes_per_param, or set grad_buffer_persists: true")
         held = data.get("grad_bytes_per_param", fields["grad_bytes_per_param"].default)
         if kept > held:
-            raise ValueError(f"{kept:g} is more than the grad_bytes_per_param {held:g} the update holds: set "
-                             f"kept_grad_bytes_per_param at most {held:g}, or remove it")
+            raise RlsimError(f"{kept:g} is more than the grad_bytes_per_param {held:g} the update holds",
+                             fix=f"set kept_grad_bytes_per_param at most {held:g}, or remove it")
         return kept
 
     @model_validator(mode="after")
@@ -733,30 +735,34 @@ class MemoryParams(StrictModel):
         """zero_reduce_buckets counts buckets of zero_reduce_bucket_params elements: without them it
         would be silently ignored."""
         if self.zero_reduce_bucket_params == 0 and self.zero_reduce_buckets != 1:
-            raise ValueError("zero_reduce_buckets applies only with zero_reduce_bucket_params above 0 (DeepSpeed's "
-                             "reduce_bucket_size): set both, or remove zero_reduce_buckets")
+            raise RlsimError("zero_reduce_buckets applies only with zero_reduce_bucket_params above 0 (DeepSpeed's "
+                             "reduce_bucket_size)",
+                             fix="set both, or remove zero_reduce_buckets")
         if self.zero_reduce_bucket_params == 0 and self.zero_allreduce_copies:
-            raise ValueError("zero_allreduce_copies counts copies of buckets of zero_reduce_bucket_params elements, "
-                             "which is 0: set zero_reduce_bucket_params (DeepSpeed's reduce_bucket_size, 5e8), or "
-                             "remove zero_allreduce_copies")
+            raise RlsimError("zero_allreduce_copies counts copies of buckets of zero_reduce_bucket_params elements, "
+                             "which is 0",
+                             fix="set zero_reduce_bucket_params (DeepSpeed's reduce_bucket_size, 5e8), or "
+                                 "remove zero_allreduce_copies")
         if self.grad_partition_on_host and self.zero_step_grad_copy_bytes_per_param:
-            raise ValueError("grad_partition_on_host keeps ZeRO-Offload's gradient partition on the host, where its "
+            raise RlsimError("grad_partition_on_host keeps ZeRO-Offload's gradient partition on the host, where its "
                              "optimizer step reads it (stage_1_and_2.py step(), cpu_offload; stage3.py "
-                             "_prepare_sub_group, offload_optimizer): remove zero_step_grad_copy_bytes_per_param, "
-                             "or grad_partition_on_host")
+                             "_prepare_sub_group, offload_optimizer)",
+                             fix="remove zero_step_grad_copy_bytes_per_param, or grad_partition_on_host")
         if self.zero_step_sub_group_params and not self.zero_step_grad_copy_bytes_per_param:
-            raise ValueError("zero_step_sub_group_params caps the gradient partition copies of ZeRO-3's optimizer "
-                             "step, and zero_step_grad_copy_bytes_per_param 0 makes none: set "
-                             "zero_step_grad_copy_bytes_per_param, or remove zero_step_sub_group_params")
+            raise RlsimError("zero_step_sub_group_params caps the gradient partition copies of ZeRO-3's optimizer "
+                             "step, and zero_step_grad_copy_bytes_per_param 0 makes none",
+                             fix="set "
+                                 "zero_step_grad_copy_bytes_per_param, or remove zero_step_sub_group_params")
         if self.grad_partition_on_host and self.zero2_accumulated_grad_partitions:
-            raise ValueError("grad_partition_on_host keeps ZeRO-Offload's gradient partition on the host, where ZeRO-2 "
-                             "accumulates the micro-batches (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu): "
-                             "remove zero2_accumulated_grad_partitions, or grad_partition_on_host")
+            raise RlsimError("grad_partition_on_host keeps ZeRO-Offload's gradient partition on the host, where ZeRO-2 "
+                             "accumulates the micro-batches (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu)",
+                             fix="remove zero2_accumulated_grad_partitions, or grad_partition_on_host")
         if self.zero_reduce_buckets_kept > (self.zero_reduce_buckets if self.zero_reduce_bucket_params else 0):
-            raise ValueError(f"zero_reduce_buckets_kept {self.zero_reduce_buckets_kept} counts kept buckets of the "
+            raise RlsimError(f"zero_reduce_buckets_kept {self.zero_reduce_buckets_kept} counts kept buckets of the "
                              f"{self.zero_reduce_buckets if self.zero_reduce_bucket_params else 0} there are "
-                             "(zero_reduce_buckets of zero_reduce_bucket_params elements): set it at most "
-                             "zero_reduce_buckets with zero_reduce_bucket_params above 0, or remove it")
+                             "(zero_reduce_buckets of zero_reduce_bucket_params elements)",
+                             fix="set it at most "
+                                 "zero_reduce_buckets with zero_reduce_bucket_params above 0, or remove it")
         return self
 
 
@@ -959,10 +965,11 @@ class CommParams(StrictModel):
     def _dispatcher_modelled(cls, value: Any) -> Any:
         """Megatron-Core's other dispatchers are refused by name, saying what rlsim prices."""
         if value in UNMODELLED_DISPATCHERS:
-            raise ValueError(f"Megatron-Core's {value!r} token dispatcher is not one rlsim prices "
-                             f"({UNMODELLED_DISPATCHERS[value]}); rlsim prices 'alltoall' (the k routed copies "
-                             "all-to-all over EP), 'allgather' (the tokens all-gathered over expert-TP x EP) and "
-                             "'flex' (DeepEP's dispatch and combine): use one of them")
+            raise RlsimError(f"Megatron-Core's {value!r} token dispatcher is not one rlsim prices "
+                             f"({UNMODELLED_DISPATCHERS[value]})",
+                             fix="rlsim prices 'alltoall' (the k routed copies "
+                                 "all-to-all over EP), 'allgather' (the tokens all-gathered over expert-TP x EP) and "
+                                 "'flex' (DeepEP's dispatch and combine): use one of them")
         return value
 
     @field_validator(*GATED_KNOBS["comm"], mode="after")
@@ -978,8 +985,8 @@ class CommParams(StrictModel):
         (away from its default without it, it would be silently ignored)."""
         if (self.dp_bucket_min_params is None and "dp_bucket_params_per_rank" in self.model_fields_set
                 and self.dp_bucket_params_per_rank != type(self).model_fields["dp_bucket_params_per_rank"].default):
-            raise ValueError("dp_bucket_params_per_rank applies only with dp_bucket_min_params set: set both, "
-                             "or remove dp_bucket_params_per_rank")
+            raise RlsimError("dp_bucket_params_per_rank applies only with dp_bucket_min_params set",
+                             fix="set both, or remove dp_bucket_params_per_rank")
         return self
 
     def dp_hidden_share(self, chunk_params: float, dp: int) -> float:
@@ -1111,8 +1118,9 @@ class OffloadParams(StrictModel):
         """FSDP's CPU offload leaves nothing on the device for the per-phase offload to move."""
         data = info.data or {}
         if value and any(data.get(name) for name in ("params", "grads", "optimizer")):
-            raise ValueError("keeps the sharded state on the host for good: the per-phase offload (params, grads, "
-                             "optimizer) has nothing left to move; set one or the other")
+            raise RlsimError("keeps the sharded state on the host for good: the per-phase offload (params, grads, "
+                             "optimizer) has nothing left to move",
+                             fix="set one or the other")
         return value
 
     @field_validator("pageable_offload_Bps", "pageable_onload_Bps", mode="before")
@@ -1136,13 +1144,15 @@ class OffloadParams(StrictModel):
         rates at their defaults, as a whole dump gives them, change nothing and pass."""
         rates = self.set_off_default(("pageable_offload_Bps", "pageable_onload_Bps"))
         if self.pageable and not self.any:
-            raise ValueError("pageable applies to an offloaded state: set params, grads or optimizer, or remove it")
+            raise RlsimError("pageable applies to an offloaded state",
+                             fix="set params, grads or optimizer, or remove it")
         if self.pageable and not (self.params or self.grads) and self.scope == "optimizer_step":
-            raise ValueError("pageable applies to a copied state: Megatron-Core's cpu-offloaded optimizer (optimizer "
-                             "with scope optimizer_step) copies through pinned memory (pin_cpu_grads, pin_cpu_params); "
-                             "remove pageable, or offload params or grads too")
+            raise RlsimError("pageable applies to a copied state: Megatron-Core's cpu-offloaded optimizer (optimizer "
+                             "with scope optimizer_step) copies through pinned memory (pin_cpu_grads, pin_cpu_params)",
+                             fix="remove pageable, or offload params or grads too")
         if rates and not self.pageable:
-            raise ValueError(f"{', '.join(rates)} apply only with pageable: true; remove them or set pageable")
+            raise RlsimError(f"{', '.join(rates)} apply only with pageable: true",
+                             fix="remove them or set pageable")
         return self
 
 
@@ -1165,13 +1175,14 @@ class TrainParams(StrictModel):
         if not self.memory.grad_partition_on_host:
             return self
         if not self.offload.optimizer:
-            raise ValueError("memory.grad_partition_on_host is DeepSpeed's ZeRO-Offload, whose optimizer steps on the "
-                             "host: set offload.optimizer: true (scope: optimizer_step), or remove "
-                             "memory.grad_partition_on_host")
+            raise RlsimError("memory.grad_partition_on_host is DeepSpeed's ZeRO-Offload, whose optimizer steps on the "
+                             "host",
+                             fix="set offload.optimizer: true (scope: optimizer_step), or remove "
+                                 "memory.grad_partition_on_host")
         if self.offload.grads:
-            raise ValueError("memory.grad_partition_on_host keeps the gradient partition on the host already: "
-                             "offload.grads has nothing to move; remove offload.grads, or "
-                             "memory.grad_partition_on_host")
+            raise RlsimError("memory.grad_partition_on_host keeps the gradient partition on the host already: "
+                             "offload.grads has nothing to move",
+                             fix="remove offload.grads, or memory.grad_partition_on_host")
         return self
 
     @model_validator(mode="after")
@@ -1179,20 +1190,21 @@ class TrainParams(StrictModel):
         """memory.zero_offload_device_grad_buffers is ZeRO-Offload's (cpu_offload: the optimizer steps on the
         host): without offload.optimizer no run allocates it."""
         if self.memory.zero_offload_device_grad_buffers and not self.offload.optimizer:
-            raise ValueError("memory.zero_offload_device_grad_buffers is DeepSpeed's ZeRO-Offload buffer "
-                             "(stage_1_and_2.py temp_grad_buffer_for_gpu_offload, allocated under cpu_offload only): "
-                             "set offload.optimizer: true (scope: optimizer_step), or remove "
-                             "memory.zero_offload_device_grad_buffers")
+            raise RlsimError("memory.zero_offload_device_grad_buffers is DeepSpeed's ZeRO-Offload buffer "
+                             "(stage_1_and_2.py temp_grad_buffer_for_gpu_offload, allocated under cpu_offload only)",
+                             fix="set offload.optimizer: true (scope: optimizer_step), or remove "
+                                 "memory.zero_offload_device_grad_buffers")
         return self
 
     @model_validator(mode="after")
     def _last_bucket_has_a_size(self) -> "TrainParams":
         """comm.zero3_backward_waits_last_bucket reads the bucket's size, memory.zero_reduce_bucket_params."""
         if self.comm.zero3_backward_waits_last_bucket and self.memory.zero_reduce_bucket_params <= 0:
-            raise ValueError("comm.zero3_backward_waits_last_bucket waits for the last IPG bucket of "
-                             "memory.zero_reduce_bucket_params elements, which is 0: set "
-                             "memory.zero_reduce_bucket_params (DeepSpeed's reduce_bucket_size, 5e8), or remove "
-                             "comm.zero3_backward_waits_last_bucket")
+            raise RlsimError("comm.zero3_backward_waits_last_bucket waits for the last IPG bucket of "
+                             "memory.zero_reduce_bucket_params elements, which is 0",
+                             fix="set "
+                                 "memory.zero_reduce_bucket_params (DeepSpeed's reduce_bucket_size, 5e8), or remove "
+                                 "comm.zero3_backward_waits_last_bucket")
         return self
 
     @classmethod
@@ -1311,8 +1323,8 @@ class InferenceParams(StrictModel):
         change nothing). A field validator, so the error names the key."""
         name = info.field_name or ""
         if value != cls.model_fields[name].default and (info.data or {}).get("admission", "reserve") != "reserve":
-            raise ValueError(f"applies to admission: reserve (SGLang's scheduler); remove {name} or set "
-                             "admission: reserve")
+            raise RlsimError("applies to admission: reserve (SGLang's scheduler)",
+                             fix=f"remove {name} or set admission: reserve")
         return value
     # -- dispatch of a round's requests to the rollout instances (read by rl/schedules/batches.py) --
     # per-prompt: a prompt's n samples go to one instance, whole prompts dealt round-robin in round
@@ -1468,8 +1480,8 @@ class InferenceParams(StrictModel):
     def _custom_size_needs_custom(cls, value: float, info: ValidationInfo) -> float:
         default = cls.model_fields["custom_all_reduce_max_bytes"].default
         if value != default and not (info.data or {}).get("custom_all_reduce", True):
-            raise ValueError("applies only with custom_all_reduce: true; remove custom_all_reduce_max_bytes or set "
-                             "custom_all_reduce: true")
+            raise RlsimError("applies only with custom_all_reduce: true",
+                             fix="remove custom_all_reduce_max_bytes or set custom_all_reduce: true")
         return value
 
     @field_validator("num_speculative_tokens", mode="after")
@@ -1477,12 +1489,14 @@ class InferenceParams(StrictModel):
     def _drafts_need_a_method(cls, value: int, info: ValidationInfo) -> int:
         method = (info.data or {}).get("speculative_method")
         if value and method is None:
-            raise ValueError("drafted tokens need a drafter: set speculative_method (draft_model, eagle, eagle3 or "
-                             "mtp), or remove num_speculative_tokens")
+            raise RlsimError("drafted tokens need a drafter",
+                             fix="set speculative_method (draft_model, eagle, eagle3 or "
+                                 "mtp), or remove num_speculative_tokens")
         if not value and method is not None:
-            raise ValueError(f"speculative_method {method} drafts num_speculative_tokens a step, which is 0: give "
-                             "num_speculative_tokens of 1 or more (vLLM's num_speculative_tokens), or remove "
-                             "speculative_method")
+            raise RlsimError(f"speculative_method {method} drafts num_speculative_tokens a step, which is 0",
+                             fix="give "
+                                 "num_speculative_tokens of 1 or more (vLLM's num_speculative_tokens), or remove "
+                                 "speculative_method")
         return value
 
     @field_validator("speculative_acceptance_rate", mode="after")
@@ -1492,13 +1506,14 @@ class InferenceParams(StrictModel):
         the temperature)."""
         method = (info.data or {}).get("speculative_method")
         if value is None and method is not None:
-            raise ValueError(f"speculative_method {method} needs the rate at which the target accepts a drafted "
-                             "token, which depends on the draft, the data and the sampling temperature: give "
-                             "speculative_acceptance_rate (0 to 1; measured, e.g. vLLM's spec_decode acceptance "
-                             "metrics: a measured mean of L tokens a step gives it, (1 - a^(k+1)) / (1 - a) = L)")
+            raise RlsimError(f"speculative_method {method} needs the rate at which the target accepts a drafted "
+                             "token, which depends on the draft, the data and the sampling temperature",
+                             fix="give "
+                                 "speculative_acceptance_rate (0 to 1; measured, e.g. vLLM's spec_decode acceptance "
+                                 "metrics: a measured mean of L tokens a step gives it, (1 - a^(k+1)) / (1 - a) = L)")
         if value is not None and method is None:
-            raise ValueError("applies with speculative_method; remove speculative_acceptance_rate or set "
-                             "speculative_method")
+            raise RlsimError("applies with speculative_method",
+                             fix="remove speculative_acceptance_rate or set speculative_method")
         return value
 
     @field_validator("speculative_draft_model", mode="after")
@@ -1506,11 +1521,11 @@ class InferenceParams(StrictModel):
     def _draft_model_for_its_method(cls, value: str | None, info: ValidationInfo) -> str | None:
         method = (info.data or {}).get("speculative_method")
         if value is None and method == "draft_model":
-            raise ValueError("speculative_method draft_model needs the draft: give speculative_draft_model (a model "
-                             "preset or a config.json path)")
+            raise RlsimError("speculative_method draft_model needs the draft",
+                             fix="give speculative_draft_model (a model preset or a config.json path)")
         if value is not None and method != "draft_model":
-            raise ValueError(f"applies with speculative_method: draft_model, not {method}; remove "
-                             "speculative_draft_model or set speculative_method: draft_model")
+            raise RlsimError(f"applies with speculative_method: draft_model, not {method}",
+                             fix="remove speculative_draft_model or set speculative_method: draft_model")
         return value
 
     @field_validator("speculative_draft_layers", "speculative_draft_fc_inputs",
@@ -1526,7 +1541,8 @@ class InferenceParams(StrictModel):
         heads = ("eagle", "eagle3", "mtp") if name in ("speculative_draft_layers", "speculative_draft_own_lm_head") \
             else ("draft_model", "eagle", "eagle3", "mtp")
         if value != cls.model_fields[name].default and method not in heads:
-            raise ValueError(f"applies with speculative_method {' / '.join(heads)}, not {method}; remove {name}")
+            raise RlsimError(f"applies with speculative_method {' / '.join(heads)}, not {method}",
+                             fix=f"remove {name}")
         return value
 
     @classmethod

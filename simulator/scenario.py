@@ -150,16 +150,17 @@ class MultiTurnSpec(_Strict):
         missing = [key for key in meaning if getattr(self, key) is None]
         if missing:   # each named with its own meaning (the turn cap was listed when only the tools were missing)
             example = {"max_turns": "4", "observation_tokens": "200", "tool_latency_s": "2"}
-            raise ValueError(f"give {', '.join(missing)}: {'; '.join(meaning[key] for key in missing)}, which "
-                             "describe your task and tools, e.g. "
-                             + " ".join(f"--set workload.multi_turn.{key}={example[key]}" for key in missing))
+            raise RlsimError(f"{', '.join(missing)} not given: {'; '.join(meaning[key] for key in missing)}, which "
+                             "describe your task and tools",
+                             fix=f"give {', '.join(missing)}, e.g. "
+                                 + " ".join(f"--set workload.multi_turn.{key}={example[key]}" for key in missing))
         return self
 
     @model_validator(mode="after")
     def _mean_within_the_cap(self) -> "MultiTurnSpec":
         if self.mean_turns is not None and self.mean_turns > self.max_turns:
-            raise ValueError(f"mean_turns {self.mean_turns:g} is above max_turns {self.max_turns}; lower "
-                             "mean_turns, or raise max_turns")
+            raise RlsimError(f"mean_turns {self.mean_turns:g} is above max_turns {self.max_turns}",
+                             fix="lower mean_turns, or raise max_turns")
         return self
 
 
@@ -213,16 +214,18 @@ class ServedSpec(_Strict):
     def _no_instances(cls, value: dict[str, Any]) -> dict[str, Any]:
         """The pool's size is `devices`: an instance count of its own would say it twice."""
         if "instances" in value:
-            raise ValueError("instances does not apply: the pool is `devices` devices of whole instances (tp x ep x pp "
-                             "each); remove layout.instances, or set devices")
+            raise RlsimError("instances does not apply: the pool is `devices` devices of whole instances (tp x ep x pp "
+                             "each)",
+                             fix="remove layout.instances, or set devices")
         return value
 
     @model_validator(mode="after")
     def _sleeps_on_the_trainer_only(self) -> "ServedSpec":
         """Engines on devices of their own stay up: their sleep and wake-up apply on the trainer's."""
         if self.devices is not None and "sleep_wake_s" in self.model_fields_set:
-            raise ValueError("sleep_wake_s applies to engines woken on the trainer's devices (devices unset); "
-                             "engines on devices of their own stay up: remove sleep_wake_s, or devices")
+            raise RlsimError("sleep_wake_s applies to engines woken on the trainer's devices (devices unset); "
+                             "engines on devices of their own stay up",
+                             fix="remove sleep_wake_s, or devices")
         return self
 
 
@@ -294,20 +297,22 @@ class EntropySpec(_Strict):
     @model_validator(mode="after")
     def _backward_in_the_update(self) -> "EntropySpec":
         if len(set(self.passes)) < len(self.passes):
-            raise ValueError(f"passes {self.passes} names a pass twice; give each once")
+            raise RlsimError(f"passes {self.passes} names a pass twice",
+                             fix="give each once")
         if self.logprob_grad_bytes_per_logit and "update" not in self.passes:
-            raise ValueError("logprob_grad_bytes_per_logit applies where the update computes the entropy; remove "
-                             "it, or add update to passes")
+            raise RlsimError("logprob_grad_bytes_per_logit applies where the update computes the entropy",
+                             fix="remove it, or add update to passes")
         if self.in_loss and "update" not in self.passes:
-            raise ValueError("in_loss applies where the update computes the entropy; remove it, or add update to "
-                             "passes")
+            raise RlsimError("in_loss applies where the update computes the entropy",
+                             fix="remove it, or add update to passes")
         if self.recompute and not self.in_loss:
-            raise ValueError("recompute applies where the update's loss takes the entropy's gradient (its backward "
-                             "redoes the forward); remove it, or set in_loss: true")
+            raise RlsimError("recompute applies where the update's loss takes the entropy's gradient (its backward "
+                             "redoes the forward)",
+                             fix="remove it, or set in_loss: true")
         for key in ("backward_bytes_per_logit", "update_memory_bytes_per_logit"):
             if getattr(self, key) is not None and not self.in_loss:
-                raise ValueError(f"{key} applies where the update's loss takes the entropy's gradient; remove it, or "
-                                 "set in_loss: true")
+                raise RlsimError(f"{key} applies where the update's loss takes the entropy's gradient",
+                                 fix="remove it, or set in_loss: true")
         return self
 
     def memory_bytes_per_logit(self, pass_name: str) -> float:
@@ -352,7 +357,8 @@ class CriticBatchingSpec(_Strict):
         for count, budget in (("micro_batch", "max_tokens_per_micro_batch"),
                               ("forward_micro_batch", "forward_max_tokens_per_micro_batch")):
             if getattr(self, count) is not None and getattr(self, budget) is not None:
-                raise ValueError(f"{count} and {budget} both given: a token budget sets the micro-batches; give one")
+                raise RlsimError(f"{count} and {budget} both given: a token budget sets the micro-batches",
+                                 fix="give one")
         return self
 
 
@@ -427,8 +433,8 @@ class RewardSpec(_Strict):
         """A reward model's CPU offload applies to kind: model (a rule reward holds no weights)."""
         name = info.field_name or ""
         if (info.data or {}).get("kind") == "rule" and value != cls.model_fields[name].default:
-            raise ValueError(f"applies to a reward model: kind: rule holds no weights; remove reward.{name}, or set "
-                             "reward.kind: model")
+            raise RlsimError("applies to a reward model: kind: rule holds no weights",
+                             fix=f"remove reward.{name}, or set reward.kind: model")
         return value
 
     @field_validator("model", mode="after")
@@ -436,8 +442,8 @@ class RewardSpec(_Strict):
     def _model_needs_a_model_reward(cls, value: str | None, info: ValidationInfo) -> str | None:
         """The reward-model preset is read for kind: model only (a rule reward runs on the host CPUs)."""
         if value is not None and (info.data or {}).get("kind") == "rule":
-            raise ValueError("applies to a reward model: kind: rule scores on the host CPUs (cpu_s_per_sample); "
-                             "remove reward.model, or set reward.kind: model")
+            raise RlsimError("applies to a reward model: kind: rule scores on the host CPUs (cpu_s_per_sample)",
+                             fix="remove reward.model, or set reward.kind: model")
         return value
 
     @field_validator(*RULE_COST_KEYS, "workers_per_device", mode="after")
@@ -447,24 +453,26 @@ class RewardSpec(_Strict):
         forward pass on the devices); at their defaults, as a whole dump gives them, they pass."""
         name = info.field_name or ""
         if (info.data or {}).get("kind") == "model" and value != cls.model_fields[name].default:
-            raise ValueError(f"applies to rule rewards: kind: model scores with a forward pass on the devices; "
-                             f"remove reward.{name}, or set reward.kind: rule")
+            raise RlsimError("applies to rule rewards: kind: model scores with a forward pass on the devices",
+                             fix=f"remove reward.{name}, or set reward.kind: rule")
         return value
 
     @model_validator(mode="after")
     def _one_worker_rule(self) -> "RewardSpec":
         if self.workers is not None and "workers_per_device" in self.model_fields_set:
-            raise ValueError("give workers (a pool shared by the job) or workers_per_device, not both")
+            raise RlsimError("workers and workers_per_device both given",
+                             fix="give workers (a pool shared by the job) or workers_per_device, not both")
         if self.kind == "model" and self.workers is not None:
-            raise ValueError("workers applies to rule rewards (kind: rule); a reward model runs on the devices")
+            raise RlsimError("workers applies to rule rewards (kind: rule); a reward model runs on the devices",
+                             fix="remove reward.workers, or set reward.kind: rule")
         if self.served is not None and self.served.devices is None and self.handover is not None:
-            raise ValueError("handover applies to a reward model on devices of its own (served.devices): on the "
-                             "trainer's devices it scores the generated batch at once; remove reward.handover, or "
-                             "give served.devices")
+            raise RlsimError("handover applies to a reward model on devices of its own (served.devices): on the "
+                             "trainer's devices it scores the generated batch at once",
+                             fix="remove reward.handover, or give served.devices")
         if self.kind == "model" and self.handover is not None and self.served is None:
-            raise ValueError("handover applies to rule rewards (kind: rule) and a reward model on devices of its "
-                             "own (served.devices): a reward model on the trainer scores in a forward pass; remove "
-                             "reward.handover, or set reward.kind: rule")
+            raise RlsimError("handover applies to rule rewards (kind: rule) and a reward model on devices of its "
+                             "own (served.devices): a reward model on the trainer scores in a forward pass",
+                             fix="remove reward.handover, or set reward.kind: rule")
         return self
 
     @field_validator("served", mode="after")
@@ -473,12 +481,12 @@ class RewardSpec(_Strict):
         """A served reward model is a model (kind: model) whose weights stay in its engines."""
         data = info.data or {}
         if value is not None and data.get("kind") == "rule":
-            raise CrossFieldError("applies to a reward model (kind: model): a rule reward runs on the host CPUs; "
-                                  "remove reward.served, or set reward.kind: model", "kind")
+            raise CrossFieldError("applies to a reward model (kind: model): a rule reward runs on the host CPUs",
+                                  "kind", fix="remove reward.served, or set reward.kind: model")
         if value is not None and data.get("cpu_offload"):
             raise CrossFieldError("a served reward model keeps its weights in its engines: reward.cpu_offload (FSDP's "
-                                  "offload of one on the trainer) does not apply; remove reward.cpu_offload",
-                                  "cpu_offload")
+                                  "offload of one on the trainer) does not apply", "cpu_offload",
+                                  fix="remove reward.cpu_offload")
         return value
 
     def workers_on(self, devices: int) -> float:
@@ -548,7 +556,8 @@ class WorkloadConfig(_Strict):
     @classmethod
     def _known_software(cls, v: str) -> str:
         if v not in TRAIN_SOFTWARE:
-            raise ValueError(f"unknown training software {v!r}; use one of: {', '.join(TRAIN_SOFTWARE)}")
+            raise RlsimError(f"unknown training software {v!r}",
+                             fix=f"use one of: {', '.join(TRAIN_SOFTWARE)}")
         return v
 
     @field_validator("reference_cpu_offload_bytes_per_param", mode="after")
@@ -556,7 +565,8 @@ class WorkloadConfig(_Strict):
     def _bytes_need_the_offload(cls, value: float, info: ValidationInfo) -> float:
         """The host shards' bytes are read with reference_cpu_offload only."""
         if not (info.data or {}).get("reference_cpu_offload") and value != cls.model_fields[info.field_name].default:
-            raise ValueError("applies with reference_cpu_offload: true; remove it, or set workload.reference_cpu_offload")
+            raise RlsimError("applies with reference_cpu_offload: true",
+                             fix="remove it, or set workload.reference_cpu_offload")
         return value
 
     @field_validator("critic_model", "critic_offload", "critic_optimizer", "critic_batching", mode="after")
@@ -565,16 +575,17 @@ class WorkloadConfig(_Strict):
         """Only PPO has a critic (rl/algorithms.py: its value and training stages)."""
         algorithm = (info.data or {}).get("algorithm")
         if value is not None and algorithm is not None and algorithm != "ppo":
-            raise ValueError(f"applies to algorithm: ppo only ({algorithm} has no critic); remove "
-                             f"{info.field_name}, or set algorithm: ppo")
+            raise RlsimError(f"applies to algorithm: ppo only ({algorithm} has no critic)",
+                             fix=f"remove {info.field_name}, or set algorithm: ppo")
         return value
 
     @field_validator("engine")
     @classmethod
     def _known_engine(cls, v: str | None) -> str | None:
         if v is not None and v not in ENGINE_SOFTWARE:
-            raise ValueError(f"unknown engine {v!r}; use one of: {', '.join(ENGINE_SOFTWARE)} (or leave it unset "
-                             "for rlsim's own defaults)")
+            raise RlsimError(f"unknown engine {v!r}",
+                             fix=f"use one of: {', '.join(ENGINE_SOFTWARE)} (or leave it unset "
+                                 "for rlsim's own defaults)")
         return v
 
     @field_validator("rollout_layout")
@@ -583,10 +594,10 @@ class WorkloadConfig(_Strict):
         # RolloutLayout has the field for standalone rollouts (simulate_rollout); in a run the pool
         # sets it, so a given value would be overwritten without a word
         if isinstance(v, dict) and "instances" in v:
-            raise ValueError("instances does not apply to a run: the rollout devices (the pool: all "
+            raise RlsimError("instances does not apply to a run: the rollout devices (the pool: all "
                              "devices colocated, schedule.rollout_devices split) hold devices / (tp x ep x pp) "
-                             "instances; remove the key (the summary's layouts.rollout.instances reports "
-                             "them)")
+                             "instances",
+                             fix="remove the key (the summary's layouts.rollout.instances reports them)")
         return v
 
     @model_validator(mode="before")
@@ -625,30 +636,31 @@ class WorkloadConfig(_Strict):
         lacked = stack.lacked_dimension(self.train_layout) if isinstance(self.train_layout, dict) else None
         if lacked:   # a TP, PP or CP the stack (the framework's trainer) does not run
             key, message = lacked
-            raise CrossFieldError(f"train_layout.{message} ({stack.lacked_fix(key)})", "train_software", at=f"train_layout.{key}")
+            raise CrossFieldError(f"train_layout.{message}", "train_software", at=f"train_layout.{key}",
+                                  fix=stack.lacked_fix(key))
         unoffered = stack.unoffered_setting(self.train_layout) if isinstance(self.train_layout, dict) else None
         if unoffered:   # a ZeRO stage or recompute mode the stack's trainer has not (its planner search has neither)
             key, message, fix = unoffered
-            raise CrossFieldError(f"train_layout.{message} ({fix})", "train_software", at=f"train_layout.{key}")
+            raise CrossFieldError(f"train_layout.{message}", "train_software", at=f"train_layout.{key}", fix=fix)
         limit, prompt_max = self.inference.max_model_len, self.prompt_length.get("max")
         if limit is not None and isinstance(prompt_max, (int, float)) and prompt_max >= limit:
             raise CrossFieldError(f"prompt_length.max={prompt_max} leaves no room for a response under "
-                                  f"inference.max_model_len={limit} (the engine refuses such a prompt): lower "
-                                  "prompt_length.max below max_model_len or raise max_model_len",
-                                  "inference.max_model_len", at="prompt_length.max")
+                                  f"inference.max_model_len={limit} (the engine refuses such a prompt)",
+                                  "inference.max_model_len", at="prompt_length.max",
+                                  fix="lower prompt_length.max below max_model_len or raise max_model_len")
         turns, longest = self.multi_turn, self.response_length.get("max")
         if turns is not None and turns.max_turn_tokens is not None and isinstance(longest, (int, float)) \
                 and longest > turns.max_turns * turns.max_turn_tokens:
             raise CrossFieldError(f"workload.response_length.max={longest:g} does not fit workload.multi_turn."
                                   f"max_turns={turns.max_turns} turns of workload.multi_turn.max_turn_tokens="
-                                  f"{turns.max_turn_tokens}: lower response_length.max, or raise max_turns or "
-                                  "max_turn_tokens", "multi_turn.max_turns", "multi_turn.max_turn_tokens",
-                                  at="response_length.max")
+                                  f"{turns.max_turn_tokens}", "multi_turn.max_turns", "multi_turn.max_turn_tokens",
+                                  at="response_length.max",
+                                  fix="lower response_length.max, or raise max_turns or max_turn_tokens")
         if turns is not None and "cache_eviction" in turns.model_fields_set and not self.inference.enable_prefix_caching:
             raise CrossFieldError("workload.multi_turn.cache_eviction is about a context kept in the prefix cache, "
                                   "but inference.enable_prefix_caching is false (every turn re-prefills its whole "
-                                  "context): drop cache_eviction, or set inference.enable_prefix_caching: true",
-                                  "inference.enable_prefix_caching", at="multi_turn.cache_eviction")
+                                  "context)", "inference.enable_prefix_caching", at="multi_turn.cache_eviction",
+                                  fix="drop cache_eviction, or set inference.enable_prefix_caching: true")
         if self.reference is None:
             object.__setattr__(self, "reference", self.algorithm != "dapo")
         return self
@@ -733,8 +745,8 @@ class SwitchParams(_Strict):
     @classmethod
     def _resident_engine_does_not_sleep(cls, value: bool, info: ValidationInfo) -> bool:
         if value and (info.data or {}).get("engine_sleep"):
-            raise ValueError("an engine that stays resident does not sleep: set schedule.switch.engine_sleep: false, "
-                             "or engine_resident: false")
+            raise RlsimError("an engine that stays resident does not sleep",
+                             fix="set schedule.switch.engine_sleep: false, or engine_resident: false")
         return value
 
     @field_validator("optimizer_pageable", mode="after")
@@ -742,8 +754,9 @@ class SwitchParams(_Strict):
     def _optimizer_copies_exist(cls, value: bool, info: ValidationInfo) -> bool:
         """Pageable optimizer copies need the optimizer offload (else nothing is copied)."""
         if value and not (info.data or {}).get("offload_optimizer", True):
-            raise ValueError("applies only with schedule.switch.offload_optimizer: true (the optimizer state then "
-                             "crosses the host link); remove it or set offload_optimizer: true")
+            raise RlsimError("applies only with schedule.switch.offload_optimizer: true (the optimizer state then "
+                             "crosses the host link)",
+                             fix="remove it or set offload_optimizer: true")
         return value
 
     @field_validator("kv_realloc_s", "sleep_wake_s", "engine_sleep_level", mode="after")
@@ -836,7 +849,8 @@ class DynamicResources(_Strict):
     @model_validator(mode="after")
     def _steps(self) -> "DynamicResources":
         if self.ratio_step_up_min > self.ratio_step_up_max:
-            raise ValueError("ratio_step_up_min must not exceed ratio_step_up_max")
+            raise RlsimError("ratio_step_up_min must not exceed ratio_step_up_max",
+                             fix="lower ratio_step_up_min, or raise ratio_step_up_max")
         return self
 
 
@@ -901,9 +915,10 @@ class RecoveryConfig(_Strict):
         """The cadence says where a failure rolls back to under lose_to: checkpoint only (with 'step'
         the runners never read it: rl/schedules/colocated.py, split_failures.py)."""
         if value != cls.model_fields["checkpoint_every_steps"].default and (info.data or {}).get("lose_to") == "step":
-            raise ValueError("applies only with recovery.lose_to: checkpoint (lose_to: step rolls back to the start "
-                             "of the step in flight); remove schedule.recovery.checkpoint_every_steps, or set "
-                             "schedule.recovery.lose_to: checkpoint")
+            raise RlsimError("applies only with recovery.lose_to: checkpoint (lose_to: step rolls back to the start "
+                             "of the step in flight)",
+                             fix="remove schedule.recovery.checkpoint_every_steps, or set "
+                                 "schedule.recovery.lose_to: checkpoint")
         return value
 
 
@@ -1258,9 +1273,9 @@ class ScheduleConfig(_Strict):
         """aux_fraction sizes the aux pool of fuse: actor (rl/pools.py); fuse: full has none."""
         fuse = (info.data or {}).get("fuse")
         if fuse == "full" and value != cls.model_fields["aux_fraction"].default:
-            raise ValueError("applies to fuse: actor (the share of devices of its aux pool for the reference, reward "
-                             "and critic); fuse: full runs them on the actor's devices: remove schedule.aux_fraction, "
-                             "or set schedule.fuse: actor")
+            raise RlsimError("applies to fuse: actor (the share of devices of its aux pool for the reference, reward "
+                             "and critic); fuse: full runs them on the actor's devices",
+                             fix="remove schedule.aux_fraction, or set schedule.fuse: actor")
         return value
 
     @field_validator("aux_devices", mode="before")
@@ -1270,7 +1285,8 @@ class ScheduleConfig(_Strict):
         counts = value.values() if isinstance(value, Mapping) else [value]
         if value is not None and (not isinstance(value, (int, Mapping)) or any(
                 isinstance(n, bool) or not isinstance(n, int) for n in counts)):
-            raise ValueError("give a device count (8) or one per model ({reference: 4, critic+reward: 8})")
+            raise RlsimError("takes a device count or a mapping of device counts",
+                             fix="give a device count (8) or one per model ({reference: 4, critic+reward: 8})")
         return value
 
     @field_validator("aux_devices", mode="after")
@@ -1280,17 +1296,23 @@ class ScheduleConfig(_Strict):
         role in one group at most."""
         counts = [value] if isinstance(value, int) else list((value or {}).values())
         if any(n < 1 for n in counts):   # _aux_shape has refused what is not a whole number
-            raise ValueError("give a device count >= 1 (or one per model: {reference: 4, critic+reward: 8})")
+            raise RlsimError("a pool of no device",
+                             fix="give a device count >= 1 (or one per model: {reference: 4, critic+reward: 8})")
         seen: list[str] = []
         for group in value if isinstance(value, dict) else ():
             roles = group.split("+")
             wrong = [role for role in roles if role not in AUX_POOL_ROLES or role in seen]
             if wrong:
-                raise ValueError(f"{group!r}: name the models of each pool among {', '.join(AUX_POOL_ROLES)}, each in "
-                                 "one pool at most, several joined by + (critic+reward)")
+                unknown = [role for role in wrong if role not in AUX_POOL_ROLES]
+                named = "" if [group] == (unknown or wrong) else f"{group!r}: "   # 'foo' said once
+                raise RlsimError(named + (f"{', '.join(map(repr, unknown))} is no model of an aux pool" if unknown
+                                          else f"{', '.join(map(repr, wrong))} is in another pool already"),
+                                 fix=f"name the models of each pool among {', '.join(AUX_POOL_ROLES)}, each in one "
+                                     "pool at most, several joined by + (critic+reward)")
             seen += roles
         if isinstance(value, dict) and not value:
-            raise ValueError("an empty mapping sets no pool apart: give a device count or one pool per model")
+            raise RlsimError("an empty mapping sets no pool apart",
+                             fix="give a device count or one pool per model")
         return value
 
     @model_validator(mode="after")
@@ -1298,8 +1320,8 @@ class ScheduleConfig(_Strict):
         """Failures re-plan the rollout and training pools (rl/schedules/split_failures.py); a third
         pool beside them is not re-planned, so the two are refused together, not half modelled."""
         if self.aux_devices is not None and self.failures:
-            raise ValueError("schedule.failures are not modelled with an aux pool (schedule.aux_devices): remove "
-                             "one of them")
+            raise RlsimError("schedule.failures are not modelled with an aux pool (schedule.aux_devices)",
+                             fix="remove one of them")
         return self
 
     @field_validator("recompute_kv_after_update", mode="after")
@@ -1307,9 +1329,9 @@ class ScheduleConfig(_Strict):
     def _recompute_needs_in_flight(cls, value: bool, info: ValidationInfo) -> bool:
         """Only an in-flight update finds sequences mid-generation: without it the engines drain first."""
         if value and not (info.data or {}).get("in_flight_weight_updates", False):
-            raise ValueError("applies only with schedule.in_flight_weight_updates: true (without them the engines "
-                             "drain before an update, holding no KV to recompute); remove it, or set "
-                             "in_flight_weight_updates: true")
+            raise RlsimError("applies only with schedule.in_flight_weight_updates: true (without them the engines "
+                             "drain before an update, holding no KV to recompute)",
+                             fix="remove it, or set in_flight_weight_updates: true")
         return value
 
     @field_validator("length_budget", mode="after")
@@ -1318,8 +1340,9 @@ class ScheduleConfig(_Strict):
         """length_budget cuts partial rollouts into segments; without them it is read nowhere (the
         reverse, partial_rollout without a budget, is refused when the run starts: rl/schedules)."""
         if value is not None and not (info.data or {}).get("partial_rollout", True):
-            raise ValueError("applies only with schedule.partial_rollout: true (the tokens of one partial-rollout "
-                             "segment); remove schedule.length_budget, or set schedule.partial_rollout: true")
+            raise RlsimError("applies only with schedule.partial_rollout: true (the tokens of one partial-rollout "
+                             "segment)",
+                             fix="remove schedule.length_budget, or set schedule.partial_rollout: true")
         return value
 
     @field_validator("distqueue", mode="after")
@@ -1329,9 +1352,9 @@ class ScheduleConfig(_Strict):
         be silently ignored. Checked here, not in DistQueueParams, which also prices padded payloads
         of a packed queue on request (rl/distqueue.py payload_bytes(packed=False))."""
         if value.set_off_default(("pad_to",)) and value.packed:
-            raise ValueError("pad_to: applies to padded payloads (distqueue.packed: false); packed payloads carry "
-                             "real tokens only: remove schedule.distqueue.pad_to, or set schedule.distqueue.packed: "
-                             "false")
+            raise RlsimError("pad_to: applies to padded payloads (distqueue.packed: false); packed payloads carry "
+                             "real tokens only",
+                             fix="remove schedule.distqueue.pad_to, or set schedule.distqueue.packed: false")
         return value
 
     @field_validator("reference_swap_own_copies", mode="after")
@@ -1340,9 +1363,9 @@ class ScheduleConfig(_Strict):
         """The reference's own copies are some of the swap's copies."""
         copies = (info.data or {}).get("reference_swap_copies") or 0
         if value > copies:
-            raise ValueError(f"{value} of the reference swap's {copies} copies: reference_swap_own_copies counts "
-                             "some of schedule.reference_swap_copies; give at most that many, or raise "
-                             "reference_swap_copies")
+            raise RlsimError(f"{value} of the reference swap's {copies} copies: reference_swap_own_copies counts "
+                             "some of schedule.reference_swap_copies",
+                             fix="give at most that many, or raise reference_swap_copies")
         return value
 
     @field_validator("host_copies", mode="after")
@@ -1352,13 +1375,14 @@ class ScheduleConfig(_Strict):
         swap's, or the switch's optimizer copies), else they would be silently ignored."""
         data = info.data or {}
         if value.reference_swap and not data.get("reference_swap_copies"):
-            raise ValueError("reference_swap: applies only with schedule.reference_swap_copies >= 1; remove it or "
-                             "set reference_swap_copies")
+            raise RlsimError("reference_swap: applies only with schedule.reference_swap_copies >= 1",
+                             fix="remove it or set reference_swap_copies")
         switch = data.get("switch")
         rates = value.set_off_default(("offload_Bps", "onload_Bps"))
         if rates and not (value.reference_swap or (switch is not None and switch.optimizer_pageable)):
-            raise ValueError(f"{', '.join(rates)}: apply only with host_copies.reference_swap or "
-                             "switch.optimizer_pageable true; remove them or set one of those")
+            raise RlsimError(f"{', '.join(rates)}: apply only with host_copies.reference_swap or "
+                             "switch.optimizer_pageable true",
+                             fix="remove them or set one of those")
         return value
 
     @property
@@ -1443,11 +1467,13 @@ def _colocated() -> type[ScheduleConfig]:
             if value is None:
                 return value
             if not (isinstance(value, dict) and list(value) == ["reward"]):
-                raise ValueError("a colocated step sets apart the reward model's pool alone ({reward: N}: verl's "
-                                 "reward_pool, scored in the driver's turn); give {reward: N}, or fuse: actor with "
-                                 "aux_fraction for the reference, reward and critic beside the actor")
+                raise RlsimError("a colocated step sets apart the reward model's pool alone ({reward: N}: verl's "
+                                 "reward_pool, scored in the driver's turn)",
+                                 fix="give {reward: N}, or fuse: actor with "
+                                     "aux_fraction for the reference, reward and critic beside the actor")
             if (info.data or {}).get("fuse", "full") != "full":
-                raise ValueError("fuse: actor has its own aux pool (aux_fraction): give one of them")
+                raise RlsimError("fuse: actor has its own aux pool (aux_fraction)",
+                                 fix="give one of them")
             return value
     return ColocatedSchedule
 
@@ -1478,8 +1504,8 @@ def _one_step_off() -> type[ScheduleConfig]:
             if self.round_batches:
                 for key, on in (("partial_rollout", self.partial_rollout), ("overprovision", self.overprovision > 0)):
                     if on:
-                        raise ValueError(f"round_batches trains each round whole, which {key} cuts; remove "
-                                         f"schedule.{key} or schedule.round_batches")
+                        raise RlsimError(f"round_batches trains each round whole, which {key} cuts",
+                                         fix=f"remove schedule.{key} or schedule.round_batches")
             return self
     return OneStepOffSchedule
 

@@ -193,3 +193,38 @@ def test_each_error_of_several_keeps_its_own_fix(capsys):
            "step takes that many prompts of the step's) (fix: give a divisor of 512" in text
     assert "field 'workload.samples_per_prompt': must be greater than 0 (got 0) (fix: set " \
            "workload.samples_per_prompt to a value greater than 0)" in text
+
+
+@pytest.mark.parametrize("item, words, fix", [
+    ("workload.train_software=foo", "unknown training software 'foo'", "use one of: megatron-core, "),
+    ("workload.inference.num_speculative_tokens=2", "drafted tokens need a drafter",
+     "set speculative_method (draft_model, eagle, eagle3 or mtp), or remove num_speculative_tokens"),
+    ("schedule.recovery.checkpoint_every_steps=3", "applies only with recovery.lose_to: checkpoint",
+     "remove schedule.recovery.checkpoint_every_steps, or set schedule.recovery.lose_to: checkpoint"),
+    ("workload.train_params.memory.zero3_reshard_after_forward=maybe",
+     "'maybe' is neither true, false nor 'unless_pipelined'", "give true, false or 'unless_pipelined'"),
+])
+def test_a_validators_refusal_ends_with_its_own_fix(capsys, item, words, fix):
+    text = _error(capsys, "run", *SMALL, "--set", item)
+    assert f": {words}" in text and f"(fix: {fix}" in text and "docs/scenario-reference.md" not in text
+
+
+def test_the_scenario_and_params_validators_state_their_fix_as_a_fix():
+    """A validator of the scenario or the params models refuses with an RlsimError or a CrossFieldError
+    given its fix (the CLI's "(fix: ...)"), not a ValueError whose fix, inside its text, is followed by
+    the generic "(fix: see docs/scenario-reference.md ...)"."""
+    import ast
+    from pathlib import Path
+
+    import simulator
+
+    root = Path(simulator.__file__).parent
+    for name in ("scenario.py", "params.py"):
+        tree = ast.parse((root / name).read_text(encoding="utf-8"))
+        raised = [node for node in ast.walk(tree) if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)]
+        assert raised
+        plain = [node.lineno for node in raised if getattr(node.exc.func, "id", "") == "ValueError"]
+        assert not plain, f"simulator/{name} raises a ValueError at lines {plain}"
+        crossed = [node.lineno for node in raised if getattr(node.exc.func, "id", "") == "CrossFieldError"
+                   and not any(keyword.arg == "fix" for keyword in node.exc.keywords)]
+        assert not crossed, f"simulator/{name} raises a CrossFieldError without its fix at lines {crossed}"

@@ -74,7 +74,7 @@ def test_plan_and_run_price_an_archon_pipeline_keeping_its_layers_gathered(tmp_p
 def test_a_value_neither_boolean_nor_the_policy_gets_one_message(value):
     """The union's two members said apart (a 'bool' sub-field and a literal) read as two errors; one
     message names the three values it takes."""
-    with pytest.raises(ValueError, match="takes true, false or 'unless_pipelined'") as err:
+    with pytest.raises(ValueError, match="is neither true, false nor 'unless_pipelined'") as err:
         MemoryParams(zero3_reshard_after_forward=value)
     assert len(err.value.errors()) == 1
     assert MemoryParams(zero3_reshard_after_forward="unless_pipelined").reshards_after_forward(2) is False

@@ -144,7 +144,7 @@ def test_a_zero_stage_or_recompute_mode_the_stacks_trainer_has_not_is_refused_wh
         load_scenario(workload="grpo-qwen2.5-7b", overrides=[f"workload.train_software={software}",
                                                              f"workload.train_layout={json.dumps(layout)}"])
     assert err.value.field == f"workload.train_layout.{key}" and f"{software} runs {runs}" in err.value.message
-    assert f"set {key}: " in err.value.message and "another workload.train_software" in err.value.message
+    assert f"set {key}: " in err.value.fix and "another workload.train_software" in err.value.fix
     layout[key] = TRAIN_SOFTWARE[software].zero[0] if key == "zero" else TRAIN_SOFTWARE[software].recompute[0]
     load_scenario(workload="grpo-qwen2.5-7b", overrides=[f"workload.train_software={software}",
                                                          f"workload.train_layout={json.dumps(layout)}"])
@@ -274,6 +274,6 @@ def test_a_trainer_that_checkpoints_whole_layers_refuses_megatrons_recompute_met
                                            "train_layout": train_layout}})
     with pytest.raises(RlsimError, match=says) as info:
         load("verl-fsdp", layout)
-    assert info.value.field == f"workload.train_layout.{field}" and "strategy=megatron" in info.value.message
+    assert info.value.field == f"workload.train_layout.{field}" and "strategy=megatron" in info.value.fix
     load("verl-fsdp", {"recompute_method": "uniform", "recompute_num_layers": 1})
     load("megatron-core", layout)

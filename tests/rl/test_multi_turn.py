@@ -173,6 +173,7 @@ def test_a_turn_law_without_its_tools_names_what_is_missing_and_only_that():
     from simulator.scenario import load_scenario
     with pytest.raises(RlsimError) as refused:
         load_scenario(None, overrides=["workload.multi_turn.max_turns=4"])
-    message = refused.value.message
-    assert "give observation_tokens, tool_latency_s: the tokens a tool's answer appends" in message
-    assert "turn cap" not in message and "--set workload.multi_turn.max_turns" not in message
+    message, fix = refused.value.message, refused.value.fix
+    assert "observation_tokens, tool_latency_s not given: the tokens a tool's answer appends" in message
+    assert "turn cap" not in message and "--set workload.multi_turn.max_turns" not in fix
+    assert fix.startswith("give observation_tokens, tool_latency_s, e.g. --set workload.multi_turn.observation_tokens=200")
