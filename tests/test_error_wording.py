@@ -209,8 +209,19 @@ def test_a_validators_refusal_ends_with_its_own_fix(capsys, item, words, fix):
     assert f": {words}" in text and f"(fix: {fix}" in text and "docs/scenario-reference.md" not in text
 
 
-def test_the_scenario_and_params_validators_state_their_fix_as_a_fix():
-    """A validator of the scenario or the params models refuses with an RlsimError or a CrossFieldError
+@pytest.mark.parametrize("items, words, fix", [
+    (["planner.space.etp=[1]", "planner.space.expert_tp_folding=false"],
+     "qualifies etp: null (the sizes searched by default), and planner.space.etp is given", "remove expert_tp_folding, or etp"),
+    (["planner.space.recompute_method=[block]"], "must hold uniform", "give [uniform] or [uniform, block]"),
+])
+def test_a_planner_space_refusal_ends_with_its_own_fix(capsys, items, words, fix):
+    text = _error(capsys, "plan", "--topology", "dgx-h100", "--model", "qwen2.5-7b",
+                  *[arg for item in items for arg in ("--set", item)])
+    assert f": {words}" in text and text.endswith(f"(fix: {fix})")
+
+
+def test_the_input_models_validators_state_their_fix_as_a_fix():
+    """A validator of the scenario, params, planner space or microbench models refuses with an RlsimError or a CrossFieldError
     given its fix (the CLI's "(fix: ...)"), not a ValueError whose fix, inside its text, is followed by
     the generic "(fix: see docs/scenario-reference.md ...)"."""
     import ast
@@ -219,7 +230,7 @@ def test_the_scenario_and_params_validators_state_their_fix_as_a_fix():
     import simulator
 
     root = Path(simulator.__file__).parent
-    for name in ("scenario.py", "params.py"):
+    for name in ("scenario.py", "params.py", "planner/search.py", "calibration/microbench.py"):
         tree = ast.parse((root / name).read_text(encoding="utf-8"))
         raised = [node for node in ast.walk(tree) if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)]
         assert raised

@@ -74,8 +74,9 @@ class MicrobenchConfig(StrictModel):
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> MicrobenchConfig:
         if self.decode_hidden % self.decode_num_heads:
-            raise ValueError(f"decode_hidden={self.decode_hidden} is not divisible by "
-                             f"decode_num_heads={self.decode_num_heads}")
+            raise RlsimError(f"decode_hidden={self.decode_hidden} is not divisible by "
+                             f"decode_num_heads={self.decode_num_heads}",
+                             fix="give a decode_hidden that is a multiple of decode_num_heads")
         return self
 
     @classmethod

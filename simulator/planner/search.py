@@ -91,8 +91,8 @@ class SearchSpace(StrictModel):
     def _folding_qualifies_the_default_etp(cls, value: bool, info: ValidationInfo) -> bool:
         """Given beside etp, it would be read past: etp lists the sizes searched."""
         if (info.data or {}).get("etp") is not None:
-            raise ValueError("qualifies etp: null (the sizes searched by default), and planner.space.etp is given: "
-                             "remove expert_tp_folding, or etp")
+            raise RlsimError("qualifies etp: null (the sizes searched by default), and planner.space.etp is given",
+                             fix="remove expert_tp_folding, or etp")
         return value
 
     @field_validator("recompute_method", mode="after")
@@ -100,8 +100,8 @@ class SearchSpace(StrictModel):
     def _uniform_kept(cls, value: list[str]) -> list[str]:
         """The block search starts from full uniform's fit: uniform is always tried."""
         if "uniform" not in value:
-            raise ValueError("must hold uniform (the block search starts from a layout whose full uniform "
-                             "recompute fits): give [uniform] or [uniform, block]")
+            raise RlsimError("must hold uniform (the block search starts from a layout whose full uniform "
+                             "recompute fits)", fix="give [uniform] or [uniform, block]")
         return value
 
     def for_software(self, software: Any, model: Any = None) -> SearchSpace:
