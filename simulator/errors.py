@@ -289,19 +289,22 @@ def did_you_mean(err: Mapping[str, Any], model: Any) -> str:
     return one_typo_from(str(loc[-1]), _fields_beside(model, loc))
 
 
-def _typo_target(err: Mapping[str, Any], model: Any) -> str:
-    """The field an unknown key is one typo from ('' where none is): did_you_mean's name."""
+def _typo_target(err: Mapping[str, Any], model: Any, prefix: str, skip: frozenset[str]) -> str:
+    """The dotted path of the field an unknown key is one typo from (did_you_mean's name beside the
+    key, at the key's own level: taken from its loc, as a key may hold a dot itself); '' where none is."""
     meant = did_you_mean(err, model) if err.get("type") == "extra_forbidden" else ""
-    return meant.removeprefix("; did you mean '").removesuffix("'?")
+    if not meant:
+        return ""
+    loc = tuple(err.get("loc", ()))
+    return _dotted(prefix, (*loc[:-1], meant.removeprefix("; did you mean '").removesuffix("'?")), skip)
 
 
 def _fold_missing_typos(by_field: dict[str, list[str]], own_fix: dict[str, str], typos: Mapping[str, str],
                         missing: set[str]) -> None:
     """A required key reported missing because it was written one typo off (``typos``: the unknown
-    key's dotted path -> the field it is one typo from) is the typo's error, not a second one: its
-    'Field required' is dropped and the typo's fix is the rename."""
-    for where, meant in typos.items():
-        target = f"{where.rpartition('.')[0]}.{meant}" if "." in where else meant
+    key's dotted path -> the dotted path of the field it is one typo from) is the typo's error, not a
+    second one: its 'Field required' is dropped and the typo's fix is the rename."""
+    for where, target in typos.items():
         if target in missing and target in by_field:
             del by_field[target]
             own_fix[where] = f"rename {where} to {target}"
@@ -332,13 +335,14 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
         if err.get("type") in ("union_tag_invalid", "union_tag_not_found"):   # the tag field itself
             loc += (str((err.get("ctx") or {}).get("discriminator", "")).strip("'"),)
         where = _dotted(prefix, loc, skip) or prefix or "input"
+        if err.get("type") == "missing":
+            missing.add(where)
         if err.get("type") == "missing" and "." in where:
             # a required key of a section: whoever gave the section left it out
             related.append(where.rpartition(".")[0])
             own_fix.setdefault(where, f"give {where} (docs/scenario-reference.md)")
-            missing.add(where)
-        if _typo_target(err, model):
-            typos[where] = _typo_target(err, model)
+        if _typo_target(err, model, prefix, skip):
+            typos[where] = _typo_target(err, model, prefix, skip)
         worded = isinstance(cause, (RlsimError, CrossFieldError)) and cause.fix is not None   # its own fix
         message = cause.message if isinstance(cause, RlsimError) or worded else str(err.get("msg", "invalid"))
         if worded and cause.fix:

@@ -344,6 +344,39 @@ def test_a_misspelt_required_key_is_one_error_with_the_rename_as_its_fix():
     assert set(caught.value.fields) == {"workload.prompts_per_step", "workload.samples_per_promt"}
 
 
+def test_a_misspelt_required_key_with_a_dot_in_it_is_folded_at_its_own_level():
+    """A YAML key written with a dot (``samples.per_prompt: 8``, as --set spells a path) is one key of
+    the workload, one typo from samples_per_prompt: the fold took the missing key's path from the typo's
+    dotted path split at its last dot (workload.samples.samples_per_prompt) and left two errors and the
+    generic fix (a review, 2026-12-08)."""
+    from simulator.errors import RlsimError
+    from simulator.scenario import load_scenario
+    workload = {"model": "llama3.1-8b", "prompts_per_step": 64, "samples.per_prompt": 8}
+    with pytest.raises(RlsimError) as caught:
+        load_scenario({"topology": "dgx-h100", "workload": workload})
+    assert caught.value.fields == ["workload.samples.per_prompt"]
+    assert caught.value.fix == "rename workload.samples.per_prompt to workload.samples_per_prompt"
+
+
+def test_a_misspelt_required_top_level_key_is_folded_too():
+    """validation_error without a prefix (a model's own top-level keys): a required key written one typo
+    off was left a second 'Field required' (the fold only knew the missing keys of a section)."""
+    from pydantic import BaseModel, ConfigDict, ValidationError
+
+    from simulator.errors import validation_error
+
+    class Section(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        prompts: int
+
+    try:
+        Section.model_validate({"promts": 8})
+    except ValidationError as exc:
+        error = validation_error(exc, model=Section)
+    assert error.field == "promts" and error.fix == "rename promts to prompts"
+    assert "Field required" not in str(error)
+
+
 def test_a_mini_batch_that_does_not_divide_the_step_names_its_field_and_a_divisor():
     """The error named field 'workload' and the generic fix (an idle-time trial)."""
     with pytest.raises(RlsimError) as caught:
