@@ -65,7 +65,7 @@ class _Parser(argparse.ArgumentParser):
             name = word.split("=")[0]
             close = [o for o in options if o.startswith(name)][:1] or difflib.get_close_matches(name, options, n=1,
                                                                                                 cutoff=0.75)
-            if word.startswith("--") and close and close[0] != name:
+            if word.startswith("--") and name.strip("-") and close and close[0] != name:   # "--=3" names none
                 hints.append(f"{name} -> {close[0]}")
         return f" (did you mean: {', '.join(hints)}?)" if hints else ""
 

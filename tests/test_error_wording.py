@@ -239,3 +239,13 @@ def test_the_input_models_validators_state_their_fix_as_a_fix():
         crossed = [node.lineno for node in raised if getattr(node.exc.func, "id", "") == "CrossFieldError"
                    and not any(keyword.arg == "fix" for keyword in node.exc.keywords)]
         assert not crossed, f"simulator/{name} raises a CrossFieldError without its fix at lines {crossed}"
+
+
+def test_a_word_without_an_option_name_gets_no_hint(capsys):
+    """`--=3` (a flag's name left out) hinted 'did you mean: -- -> --help?': every option starts with
+    '--', so the first one was taken as its completion (a review, 2026-12-08)."""
+    assert cli.main(["run", *SMALL, "--=3"]) == 2
+    text = capsys.readouterr().err
+    assert "rlsim: error: unrecognized arguments: --=3\n" in text and "did you mean" not in text
+    assert cli.main(["run", *SMALL, "--itrations=3"]) == 2   # a name given is still hinted
+    assert "(did you mean: --itrations -> --iterations?)" in capsys.readouterr().err
