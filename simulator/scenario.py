@@ -32,7 +32,7 @@ from pydantic_core import PydanticKnownError
 
 from . import presets
 from .engine_software import ENGINE_SOFTWARE, device_dependent_fields, given_under_engine
-from .errors import CrossFieldError, ReadPastError, RlsimError, validation_error
+from .errors import CrossFieldError, ReadPastError, RlsimError, one_typo_from, validation_error
 from .overrides import apply_overrides, parse_assignment, string_items
 from .params import (
     DEFAULT_TRAIN_SOFTWARE,
@@ -2724,14 +2724,18 @@ def check_top_level(data: Mapping[str, Any], source: str) -> None:
         if key not in known:
             home = [s for s, model in (("workload", WorkloadConfig), ("schedule", ScheduleConfig))
                     if key in model.model_fields]
-            fix = f"write {home[0]}.{key}" if home else f"use one of: {', '.join(sorted(known))}"
+            # a section's name one typo off (`topologi:`): named, as a section's misspelt key is (errors.py)
+            hint = "" if home else one_typo_from(str(key), known)
+            meant = hint.removeprefix("; did you mean '").removesuffix("'?")
+            fix = (f"write {home[0]}.{key}" if home else f"rename {key} to {meant}" if meant
+                   else f"use one of: {', '.join(sorted(known))}")
             if _TOPOLOGY_FILE_KEYS & set(data):
                 fix = ("this is a topology file, not a scenario: give it as --topology FILE (or "
                        "topology: {preset: FILE} in a scenario)")
             elif len(_WORKLOAD_FILE_KEYS & set(data)) >= 2 and not {"workload", "topology"} & set(data):
                 fix = ("this is a workload file, not a scenario: give it as --workload FILE (or "
                        "workload: FILE in a scenario)")
-            raise RlsimError(f"unknown scenario key {key!r}", source=source, field=key, fix=fix)
+            raise RlsimError(f"unknown scenario key {key!r}{hint}", source=source, field=key, fix=fix)
 
 
 def compared_schedules(given: Mapping[str, Any], kinds: Iterable[str],

@@ -228,6 +228,22 @@ def test_an_unknown_top_level_key_names_its_section_or_the_file_it_belongs_to():
     assert "--topology FILE" in info.value.fix
 
 
+def test_a_top_level_key_one_typo_from_a_section_names_it_and_the_rename():
+    """A misspelt section (`topologi:`, `workloads:`) said "unknown scenario key" and listed every key,
+    where a misspelt key of a section names the one meant and the rename (errors.py's fold, a review
+    2026-12-08); a key that is no typo keeps the list."""
+    with pytest.raises(RlsimError) as info:
+        load_scenario({"topologi": "dgx-h100", "workload": "grpo-qwen2.5-7b"})
+    assert info.value.message == "unknown scenario key 'topologi'; did you mean 'topology'?"
+    assert info.value.field == "topologi" and info.value.fix == "rename topologi to topology"
+    with pytest.raises(RlsimError) as info:
+        load_scenario({"topology": "dgx-h100", "workloads": "grpo-qwen2.5-7b"})
+    assert info.value.fix == "rename workloads to workload"
+    with pytest.raises(RlsimError) as info:
+        load_scenario({"foo": 1})
+    assert info.value.message == "unknown scenario key 'foo'" and info.value.fix.startswith("use one of: ")
+
+
 def test_a_workload_key_written_beside_a_preset_is_blamed_on_its_file(tmp_path):
     # the preset file was named for the user's own `ppo_epochs: 0` (found by fuzzing)
     path = tmp_path / "mine.yaml"
