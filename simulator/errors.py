@@ -341,8 +341,9 @@ def validation_error(exc: Any, *, source: str | None = None, prefix: str = "",
             # a required key of a section: whoever gave the section left it out
             related.append(where.rpartition(".")[0])
             own_fix.setdefault(where, f"give {where} (docs/scenario-reference.md)")
-        if _typo_target(err, model, prefix, skip):
-            typos[where] = _typo_target(err, model, prefix, skip)
+        typo_of = _typo_target(err, model, prefix, skip)
+        if typo_of:
+            typos[where] = typo_of
         worded = isinstance(cause, (RlsimError, CrossFieldError)) and cause.fix is not None   # its own fix
         message = cause.message if isinstance(cause, RlsimError) or worded else str(err.get("msg", "invalid"))
         if worded and cause.fix:
