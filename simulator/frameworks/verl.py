@@ -191,7 +191,8 @@ MAX_NUM_SEQS_NOTE = (f"{A}.rollout.max_num_seqs: verl 0.6+ hands it to vLLM, as 
 # 0.6.1, 0.7.0 and 0.8.0 wheels; DEFAULTS), 256 in 0.9 (the 0.9.1 wheel's rollout.yaml). As for
 # use_remove_padding, a config is read as verl 0.6 runs it save the v1 recipes, which only 0.9 has.
 VERL_09_MAX_NUM_SEQS = 256
-MAX_NUM_SEQS_DEFAULT_NOTE = (f"{A}.rollout.max_num_seqs not given: verl 0.6-0.8's default 1024, which rlsim takes; "
+MAX_NUM_SEQS_DEFAULT_NOTE = (f"{A}.rollout.max_num_seqs not given: verl 0.6-0.8's default "
+                             f"{DEFAULTS[f'{A}.rollout.max_num_seqs']}, which rlsim takes; "
                              f"verl 0.9 defaults to {VERL_09_MAX_NUM_SEQS}: give {A}.rollout.max_num_seqs="
                              f"{VERL_09_MAX_NUM_SEQS} to match it")
 MAX_NUM_SEQS_V1_NOTE = (f"{A}.rollout.max_num_seqs not given: verl 0.9's default {VERL_09_MAX_NUM_SEQS}, which rlsim "
