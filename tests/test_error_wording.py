@@ -180,7 +180,7 @@ def test_a_validator_that_states_its_fix_is_not_followed_by_the_generic_one(caps
     text = _error(capsys, "run", *SMALL, "--set", "workload.mini_batch_prompts=7")
     assert text.endswith("field 'workload.mini_batch_prompts': mini_batch_prompts=7 must divide prompts_per_step=512 "
                          "(an optimizer step takes that many prompts of the step's) (fix: give a divisor of 512, e.g. "
-                         "4, 2, 1, or leave it unset (one optimizer step a step))")
+                         "16, 8, 4, or leave it unset (one optimizer step a step))")
     text = _error(capsys, "run", *SMALL, "--schedule", "colocated", "--set", "schedule.switch.sleep_wake_s=3")
     assert text.endswith("field 'schedule.switch.sleep_wake_s': applies only with schedule.switch.engine_sleep: true "
                          "(kv_realloc_s without sleep mode; sleep_wake_s and engine_sleep_level with it) (fix: remove "
