@@ -592,19 +592,32 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
 def _budget_groups(ordered: np.ndarray, budget: int, at_least: int = 1) -> list[np.ndarray]:
     """Positions in ``ordered`` (lengths, longest first) of each micro-batch: the fewest (and at least
     ``at_least``, as far as there are lengths) whose token sums stay within ``budget``, each length
-    onto the least-loaded, in order (empty ones dropped)."""
+    onto the least-loaded, in order (empty ones dropped), ties to the lower micro-batch
+    (_least_loaded_groups); a count whose greedy split exceeds the budget is followed by the next."""
+    lengths = ordered.tolist()
     m = max(1, min(at_least, ordered.size), math.ceil(float(ordered.sum()) / budget))
-    while True:
-        load = np.zeros(m)
-        members: list[list[int]] = [[] for _ in range(m)]
-        for j, x in enumerate(ordered):
-            i = int(load.argmin())
-            load[i] += x
-            members[i].append(j)
-        if float(load.max()) <= budget or m >= ordered.size:
-            break
+    while True:   # one micro-batch per length at most: that count is taken whatever it holds
+        members = _least_loaded_groups(lengths, m, budget if m < len(lengths) else math.inf)
+        if members is not None:
+            return [np.asarray(mb, dtype=np.int64) for mb in members if mb]
         m += 1
-    return [np.asarray(mb, dtype=np.int64) for mb in members if mb]
+
+
+def _least_loaded_groups(lengths: list[float], m: int, budget: float) -> list[list[int]] | None:
+    """Positions of ``lengths`` (in order, each onto the least-loaded of ``m`` groups, ties to the lower
+    group) per group; None as soon as a group's sum would exceed ``budget`` (sums only grow, so the
+    split's largest would too). The sums sit in a heap of (sum, group): its head is the first
+    least-loaded, as an argmin over the sums picks, at log(m) a length instead of m."""
+    heap = [(0.0, i) for i in range(m)]
+    members: list[list[int]] = [[] for _ in range(m)]
+    for j, x in enumerate(lengths):
+        load, i = heap[0]
+        load += x
+        if load > budget:
+            return None
+        heapq.heapreplace(heap, (load, i))
+        members[i].append(j)
+    return members
 
 
 # ---- per-layer time including comm --------------------------------------------------------------------

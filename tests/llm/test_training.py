@@ -515,3 +515,33 @@ def test_the_sampler_micro_batch_counts_are_the_replicas_the_sampler_cuts(n, b, 
     cut = replica_micro_batches(np.full(n, 7), TrainLayout(dp=dp, micro_batch=b), "packed", TrainParams()) if n else []
     assert sampler_micro_batch_counts(n, b, dp) == {len(tokens) for tokens, _ in cut}
     assert sampler_micro_batch_counts(1024, 5, 2) == {103, 102} and sampler_micro_batch_counts(1024, 4, 2) == {128}
+
+
+def _argmin_budget_groups(ordered: np.ndarray, budget: int, at_least: int = 1) -> list[list[int]]:
+    """training._budget_groups as it was written before its heap: an argmin over the loads (the
+    first least-loaded) per length, every count tried whole."""
+    m = max(1, min(at_least, ordered.size), int(np.ceil(float(ordered.sum()) / budget)))
+    while True:
+        load = np.zeros(m)
+        members: list[list[int]] = [[] for _ in range(m)]
+        for j, x in enumerate(ordered):
+            i = int(load.argmin())
+            load[i] += x
+            members[i].append(j)
+        if float(load.max()) <= budget or m >= ordered.size:
+            return [mb for mb in members if mb]
+        m += 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 12).map(lambda x: 5 * x) | st.floats(0.5, 60.0), min_size=1, max_size=40),
+       st.integers(12, 40).map(lambda x: 5 * x), st.integers(1, 12))
+def test_budget_groups_equal_an_argmin_over_the_loads(lengths: list[float], budget: int, at_least: int) -> None:
+    """The heap of (load, micro-batch) picks what an argmin over the loads picks (ties to the lower
+    micro-batch: many equal lengths here), and a count left at its first load over the budget ends
+    where the whole split would have (loads at the budget exactly: multiples of 5 under one): the
+    same micro-batches, member for member."""
+    from simulator.llm.training import _budget_groups
+    ordered = np.sort(np.array(lengths, float))[::-1]
+    got = [mb.tolist() for mb in _budget_groups(ordered, budget, at_least)]
+    assert got == _argmin_budget_groups(ordered, budget, at_least)
