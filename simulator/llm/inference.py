@@ -1427,15 +1427,19 @@ class RolloutEngine:
             ctx = p + self._as_added()[0]
             if int((ctx * (ctx + 1) // 2).sum()) >= 2**53:
                 return False
+        if count > self.max_running and held + self.max_running * (1 + self.seq_kv) + 2 > self.capacity:
+            _, p, r, _, _ = self._record_arrays()   # all of them do not fit: do the ones that can run at once?
+            held = _largest_sum(p + r, self.max_running)
         return (held + self.max_running * (1 + self.seq_kv) + 2 <= self.capacity and self._S + longest < 2**30
                 and count < 2**_ORDER_BITS)
 
     def _fast_ok(self, min_sequences: int | None = None) -> bool:
         """Whether the rest of the run can go through _fast_run: every waiting sequence has arrived
         (by the next admission), the KV cache can never
-        bind (every sequence's full context plus one step of every slot fits: no preemption, no
-        admission held back), prefill is one blocking step per admission (no token budget, no
-        chunked prefill) and no prefill is half done."""
+        bind (the full contexts of the sequences that can run at once plus one step of every slot fit:
+        no preemption, no admission held back, no decode segment cut short; _largest_sum), prefill is
+        one blocking step per admission (no token budget, no chunked prefill) and no prefill is half
+        done."""
         params = self.cost.params
         if (params.max_num_batched_tokens is not None or params.chunked_prefill or self._phase_steps or self._reserve
                 or self._kept or self._lru is not None):   # (the array run prefills whole contexts, frees at finish)
@@ -1449,7 +1453,8 @@ class RolloutEngine:
         running = [e[2] for e in self._heap if state[e[2]] == _RUNNING and epochs[e[2]] == e[3]]
         waiting = np.fromiter(self._waiting, np.int64, len(self._waiting))
         _, p, r, arrival, _ = self._record_arrays()
-        held = int(p[running].sum() + r[running].sum() + p[waiting].sum() + r[waiting].sum())
+        held = _largest_sum(np.concatenate((p[running] + r[running], p[waiting] + r[waiting])),
+                            max(self.max_running, self._n))
         longest = int(r.max())
         if len(waiting):
             arrival, g = arrival[waiting], np.asarray(self._g, np.int64)[waiting]
@@ -2334,6 +2339,19 @@ def fast_runs(engines: list[RolloutEngine], outbox: bool = True) -> list[_RunTra
         engine._share_of, engine._share_sets, engine._share_cached, engine._shared = {}, {}, {}, 0
         engine._event = engine._lines = None
     return traces
+
+
+def _largest_sum(contexts: np.ndarray, running: int) -> int:
+    """The most tokens ``running`` of these sequences hold at once: the sum of the ``running`` largest
+    of their whole ``contexts`` (prompt + response; all of them when fewer). At most ``running``
+    sequences run together, and a running one holds at most its whole context (its prompt, its
+    tokens so far and, at an admission, its prefill's token: its last at the latest), so the KV
+    tokens of any event (a decode segment's end, an admission, the check before preempting) stay
+    within it, pages shared with a sibling counted once and so fewer."""
+    if contexts.size <= running:
+        return int(contexts.sum())
+    cut = contexts.size - running
+    return int(np.partition(contexts, cut)[cut:].sum())
 
 
 def _exclusive_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray, initial: np.ndarray) -> np.ndarray:

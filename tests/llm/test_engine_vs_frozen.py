@@ -65,10 +65,12 @@ class Case:
 
 
 @st.composite
-def cases(draw: st.DrawFn, staggered: bool = True) -> Case:
+def cases(draw: st.DrawFn, staggered: bool = True, kv: str = "any") -> Case:
+    """A random case; ``kv`` "between": a KV cache from the fast path's bound (the contexts of the
+    sequences that run at once) to the bound on all the contexts, edges included."""
     model = draw(st.sampled_from(sorted(MODELS)))
     tp, ep = draw(st.sampled_from(_LAYOUTS[model]))
-    layout = RolloutLayout(tp=tp, ep=ep, max_num_seqs=draw(st.integers(1, 24)))
+    layout = RolloutLayout(tp=tp, ep=ep, max_num_seqs=draw(st.integers(1, 24 if kv == "any" else 6)))   # (fewer slots than sequences)
     seq = st.integers(1, 400).flatmap(
         lambda r: st.tuples(st.integers(1, 300), st.just(r), st.just(0) | st.integers(0, r - 1), st.integers(0, 5)))
     batches = draw(st.lists(st.lists(seq, min_size=1, max_size=40), min_size=1, max_size=3 if staggered else 1))
@@ -76,10 +78,18 @@ def cases(draw: st.DrawFn, staggered: bool = True) -> Case:
     times = np.cumsum(gaps).tolist()
     longest = max(p + r for batch in batches for p, r, _, _ in batch)
     total = sum(p + r for batch in batches for p, r, _, _ in batch)
-    # KV per replica: tight (preemptions), roomy (the fast path), or at the fast path's edge
-    replica_tokens = max(longest + 1, draw(st.integers(longest + 1, max(longest + 2, 3 * longest))
-                          | st.integers(-(-total // ep) + layout.max_num_seqs + 2, 2 * total + 100)
-                          | st.just(-(-(total + layout.max_num_seqs * ep + 2) // ep) + draw(st.integers(-2, 1)))))
+    # the contexts of the most sequences that run at once (max_num_seqs a replica): the fast path's bound
+    busiest = sum(sorted((p + r for batch in batches for p, r, _, _ in batch), reverse=True)[:layout.max_num_seqs * ep])
+    # KV per replica: tight (preemptions), roomy (the fast path), or at the fast path's edge (its bound
+    # on the busiest contexts, or on them all)
+    low, high = (-(-(tokens + layout.max_num_seqs * ep + 2) // ep) for tokens in (busiest, total))
+    if kv == "between":
+        replica_tokens = max(longest + 1, draw(st.integers(low - 2, high + 1)))
+    else:
+        replica_tokens = max(longest + 1, draw(st.integers(longest + 1, max(longest + 2, 3 * longest))
+                                               | st.integers(-(-total // ep) + layout.max_num_seqs + 2, 2 * total + 100)
+                                               | st.sampled_from([low, high]).flatmap(
+                                                   lambda edge: st.integers(edge - 2, edge + 1))))
     base = frozen.StepCost(MODELS[model], DEVICE, layout, InferenceParams(workspace_bytes=0.0))
     free = DEVICE.hbm_bytes * layout.gpu_memory_utilization - base.weight_bytes_dev
     chunked = draw(st.booleans()) and draw(st.booleans())
@@ -162,12 +172,14 @@ def test_simulate_rollout_equals_the_frozen_engine(case: Case, instances: int, p
 
 
 def test_the_cases_reach_the_fast_path_and_the_event_loop() -> None:
-    """The generator's two regimes exist: a roomy case runs in arrays, a KV-tight one does not."""
+    """The generator's two regimes exist: a roomy case runs in arrays, a KV-tight one does not. The
+    12 contexts (150..227 tokens, 2,262 in all) do not fit in 1,000 tokens, but the 4 that can run
+    at once do (866 at most, with a token a slot and 2 to spare): that KV cache never binds either."""
     layout = RolloutLayout(tp=1, max_num_seqs=4)
     batch = [(50, 100 + 7 * i, 0, -1 - i) for i in range(12)]
     base = frozen.StepCost(MODELS["qwen2.5-7b"], DEVICE, layout, InferenceParams(workspace_bytes=0.0))
     free = DEVICE.hbm_bytes * layout.gpu_memory_utilization - base.weight_bytes_dev
-    for tokens, fast in ((400, False), (10_000, True)):
+    for tokens, fast in ((400, False), (871, False), (872, True), (1000, True), (10_000, True)):
         case = Case("qwen2.5-7b", layout, InferenceParams(workspace_bytes=free - (tokens + 0.5) * base.kv_bytes_per_token_dev),
                     [(0.0, batch)])
         engine = case.build(RolloutEngine)
@@ -209,6 +221,25 @@ def _runs_as_frozen(case: Case, engine: RolloutEngine) -> tuple[ResumableRun, li
     run = ResumableRun(case.build(RolloutEngine), 2)
     assert run.run() == finished and run._trace is not None
     return run, finished
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases(staggered=False, kv="between"), st.floats(0.0, 1.05))
+def test_a_cache_holding_the_running_contexts_not_all_equals_the_frozen_engine(case: Case, frac: float) -> None:
+    """A KV cache too small for every context but not for those of the sequences that can run at
+    once: it never binds, and the array run takes it (the event loop did before 2026-12-08); the
+    run, a ResumableRun and an interrupt anywhere equal the frozen engine's."""
+    case = case.as_for_frozen()
+    engine = case.build(RolloutEngine)
+    if not engine._fast_ok():   # (under the bound, or a chunked prefill or a token budget)
+        assert engine.run() == case.build(frozen.RolloutEngine).run()
+        return
+    run, finished = _runs_as_frozen(case, engine)
+    now = frac * max(t for _, t in finished)
+    fresh = case.build(frozen.RolloutEngine).interrupt(now)
+    got = run.interrupt_at(now)
+    assert got.partial == fresh.partial
+    assert {s for s, _ in got.finished} <= {s for s, t in finished if t <= now}
 
 
 @pytest.mark.parametrize("lengths", [[60, 60, 60, 90, 30, 30, 60, 45, 45, 45, 10, 80],    # ties at finish steps
