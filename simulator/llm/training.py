@@ -593,26 +593,54 @@ def _budget_groups(ordered: np.ndarray, budget: int, at_least: int = 1) -> list[
     """Positions in ``ordered`` (lengths, longest first) of each micro-batch: the fewest (and at least
     ``at_least``, as far as there are lengths) whose token sums stay within ``budget``, each length
     onto the least-loaded, in order (empty ones dropped), ties to the lower micro-batch
-    (_least_loaded_groups); a count whose greedy split exceeds the budget is followed by the next."""
+    (_least_loaded_groups); a count whose greedy split exceeds the budget is followed by the next
+    (at once where no split into that many can stay within it: _surely_over)."""
     lengths = ordered.tolist()
     m = max(1, min(at_least, ordered.size), math.ceil(float(ordered.sum()) / budget))
     while True:   # one micro-batch per length at most: that count is taken whatever it holds
-        members = _least_loaded_groups(lengths, m, budget if m < len(lengths) else math.inf)
+        last = m >= len(lengths)
+        members = None if not last and _surely_over(lengths, m, budget) else \
+            _least_loaded_groups(lengths, m, math.inf if last else budget)
         if members is not None:
             return [np.asarray(mb, dtype=np.int64) for mb in members if mb]
         m += 1
 
 
+# A split's sums are float sums of at most a batch of lengths (relative error below 1e-12 for a million
+# of them): _surely_over's bound must pass the budget by more than that to say a greedy split's would.
+_SURELY_OVER_MARGIN = 1e-9
+
+
+def _surely_over(lengths: list[float], m: int, budget: float) -> bool:
+    """Whether every split of ``lengths`` (longest first, at least m + 1 of them) into m groups has a
+    group over ``budget``: of the k m + 1 longest, some group holds k + 1 (pigeonhole), so at least
+    the k + 1 shortest of them. The greedy split is one such split, so its count can be skipped."""
+    for k in range(1, (len(lengths) - 1) // m + 1):
+        if sum(lengths[k * m - k:k * m + 1]) > budget * (1 + _SURELY_OVER_MARGIN):
+            return True
+    return False
+
+
 def _least_loaded_groups(lengths: list[float], m: int, budget: float) -> list[list[int]] | None:
-    """Positions of ``lengths`` (in order, each onto the least-loaded of ``m`` groups, ties to the lower
-    group) per group; None as soon as a group's sum would exceed ``budget`` (sums only grow, so the
-    split's largest would too). The sums sit in a heap of (sum, group): its head is the first
-    least-loaded, as an argmin over the sums picks, at log(m) a length instead of m."""
-    heap = [(0.0, i) for i in range(m)]
-    members: list[list[int]] = [[] for _ in range(m)]
-    for j, x in enumerate(lengths):
+    """Positions of ``lengths`` (longest first, each onto the least-loaded of ``m`` groups, ties to the
+    lower group) per group; None as soon as a group's sum would exceed ``budget`` (sums only grow, so
+    the split's largest would too). The sums sit in a heap of (sum, group): its head is the first
+    least-loaded, as an argmin over the sums picks, at log(m) a length instead of m. The m longest,
+    none empty, take the empty groups in turn (an empty length would keep the first one least-loaded)."""
+    if m <= len(lengths) and lengths[m - 1] > 0:
+        if lengths[0] > budget:
+            return None
+        heap = [(0.0 + x, i) for i, x in enumerate(lengths[:m])]
+        heapq.heapify(heap)
+        members: list[list[int]] = [[i] for i in range(m)]
+        first = m
+    else:
+        heap = [(0.0, i) for i in range(m)]
+        members = [[] for _ in range(m)]
+        first = 0
+    for j in range(first, len(lengths)):
         load, i = heap[0]
-        load += x
+        load += lengths[j]
         if load > budget:
             return None
         heapq.heapreplace(heap, (load, i))
