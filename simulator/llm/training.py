@@ -541,10 +541,12 @@ def _balanced_dp_indices(seqs: np.ndarray, dp: int) -> list[np.ndarray]:
     members: list[list[int]] = [[] for _ in range(dp)]
     longest_first = np.argsort(seqs, kind="stable")[::-1]
     for i, x in zip(longest_first.tolist(), seqs[longest_first].tolist(), strict=True):
-        load, r = heapq.heappop(heap)
+        load, r = heap[0]   # (a rank with room left stays in the heap: its entry replaced, one heap operation)
         members[r].append(i)
         if len(members[r]) < room[r]:
-            heapq.heappush(heap, (load + x, r))
+            heapq.heapreplace(heap, (load + x, r))
+        else:
+            heapq.heappop(heap)
     return [np.asarray(m, dtype=np.int64) for m in members]
 
 
