@@ -26,8 +26,10 @@ def rule_rewards_ready(ctx: RunState, finish: np.ndarray, ranks: Ranks, handover
         if in_order is not None:
             done[order] = in_order
             return done
-        for row in order:
-            done[row] = _verified(pool, workers, float(finish[row]), each_s[row:row + 1])
+        # one at a time: _verified of one sample (its time over the workers, no less than its time),
+        # on Python floats (a numpy sum and max of one value each per sample cost more than serve)
+        for row, at, each in zip(order.tolist(), finish[order].tolist(), each_s[order].tolist(), strict=True):
+            done[row] = pool.serve(at, each / workers, least_s=max(each, 0.0))
         return done
     at = float(finish.max()) if handed_over is None else handed_over
     return np.full(len(finish), _verified(pool, workers, at, each_s))
