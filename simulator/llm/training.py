@@ -576,8 +576,17 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
     chunks = [chunk for chunk in _balanced_dp_indices(lens, dp) if chunk.size]
     fewest = [_budget_groups(lens[chunk], budget) for chunk in chunks]   # each chunk's indices longest first
     count = -(-max((len(groups) for groups in fewest), default=1) // group) * group
+    exact = packing == "packed" and _integer_sums_exact(seqs, scored)
     for chunk, groups in zip(chunks, fewest, strict=True):
         members = groups if len(groups) >= min(count, chunk.size) else _budget_groups(lens[chunk], budget, count)
+        if exact:   # the sums of whole numbers, as integers: the same floats, one numpy call per sum
+            order, starts = _micro_batch_order(chunk, members)
+            tokens = seqs[order].astype(np.int64)
+            out.append((np.add.reduceat(tokens, starts).astype(float),
+                        np.add.reduceat(tokens * tokens, starts).astype(float)))
+            if scored is not None:
+                heads.append(np.add.reduceat(scored[order].astype(np.int64), starts).astype(float))
+            continue
         arr = [lens[chunk[mb]] for mb in members]
         if packing == "packed":
             out.append((np.array([a.sum() for a in arr]), np.array([(a * a).sum() for a in arr])))
@@ -591,7 +600,26 @@ def _token_budget_micro_batches(seqs: np.ndarray, dp: int, budget: int, packing:
     return out, heads if scored is not None else None
 
 
-def _budget_groups(ordered: np.ndarray, budget: int, at_least: int = 1) -> list[np.ndarray]:
+def _integer_sums_exact(seqs: np.ndarray, scored: np.ndarray | None) -> bool:
+    """Whether every sum of the lengths, of their squares and of ``scored`` over any of them is exact in
+    floats, in any order: whole numbers (integer arrays), as many as the lengths, each square at most
+    the largest's, all of those squares together below 2^53. Then those sums taken as integers are
+    the floats numpy's pairwise sums of the float lengths give."""
+    arrays = [seqs] if scored is None else [seqs, np.asarray(scored)]
+    if any(a.dtype.kind not in "iu" for a in arrays):
+        return False
+    widest = max(max(abs(int(a.max(initial=0))), abs(int(a.min(initial=0)))) for a in arrays)
+    return max(seqs.size, len(arrays[-1])) * widest ** 2 < 2**53
+
+
+def _micro_batch_order(chunk: np.ndarray, members: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(the chunk's sequences micro-batch after micro-batch, where each micro-batch starts in it)."""
+    sizes = np.fromiter(map(len, members), np.int64, count=len(members))
+    positions = np.fromiter((i for mb in members for i in mb), np.int64, count=int(sizes.sum()))
+    return chunk[positions], np.cumsum(sizes) - sizes
+
+
+def _budget_groups(ordered: np.ndarray, budget: int, at_least: int = 1) -> list[list[int]]:
     """Positions in ``ordered`` (lengths, longest first) of each micro-batch: the fewest (and at least
     ``at_least``, as far as there are lengths) whose token sums stay within ``budget``, each length
     onto the least-loaded, in order (empty ones dropped), ties to the lower micro-batch
@@ -604,7 +632,7 @@ def _budget_groups(ordered: np.ndarray, budget: int, at_least: int = 1) -> list[
         members = None if not last and _surely_over(lengths, m, budget) else \
             _least_loaded_groups(lengths, m, math.inf if last else budget)
         if members is not None:
-            return [np.asarray(mb, dtype=np.int64) for mb in members if mb]
+            return [mb for mb in members if mb]
         m += 1
 
 

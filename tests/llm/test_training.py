@@ -545,5 +545,36 @@ def test_budget_groups_equal_an_argmin_over_the_loads(lengths: list[float], budg
     group of their own: the same micro-batches, member for member."""
     from simulator.llm.training import _budget_groups
     ordered = np.sort(np.array(lengths, float))[::-1]
-    got = [mb.tolist() for mb in _budget_groups(ordered, budget, at_least)]
+    got = _budget_groups(ordered, budget, at_least)
     assert got == _argmin_budget_groups(ordered, budget, at_least)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 500), min_size=1, max_size=80), st.integers(1, 4), st.integers(500, 1500),
+       st.booleans(), st.sampled_from([1, 2]))
+def test_packed_micro_batch_sums_of_whole_lengths_equal_the_float_sums(lengths: list[int], dp: int, budget: int,
+                                                                      with_scored: bool, group: int) -> None:
+    """Whole-number lengths (an integer array) take their packed micro-batches' sums as integers
+    (_integer_sums_exact): the same floats, bit for bit, as the sums of each micro-batch's float
+    lengths (the path float lengths take), heads (``scored``) too."""
+    from simulator.llm.training import _token_budget_micro_batches
+    seqs = np.array(lengths, np.int64)
+    scored = (seqs // 3 + 1) if with_scored else None
+    fast = _token_budget_micro_batches(seqs, dp, budget, "packed", scored=scored, group=group)
+    plain = _token_budget_micro_batches(seqs.astype(float), dp, budget, "packed",
+                                        scored=None if scored is None else scored.astype(float), group=group)
+    assert [(t.tobytes(), q.tobytes()) for t, q in fast[0]] == [(t.tobytes(), q.tobytes()) for t, q in plain[0]]
+    assert fast[1] is None if scored is None else [h.tobytes() for h in fast[1]] == [h.tobytes() for h in plain[1]]
+
+
+def test_integer_sums_are_taken_only_where_every_float_sum_is_exact() -> None:
+    """Integer arrays whose squares, as many as the lengths, stay below 2^53; not float lengths, float
+    heads, or lengths so long that a sum of squares could round."""
+    from simulator.llm.training import _integer_sums_exact
+    seqs = np.array([4096, 100, 7], np.int64)
+    assert _integer_sums_exact(seqs, None) and _integer_sums_exact(seqs, np.array([1, 2, 3]))
+    assert not _integer_sums_exact(seqs.astype(float), None)
+    assert not _integer_sums_exact(seqs, np.array([1.0, 2.0, 3.0]))
+    assert not _integer_sums_exact(np.array([2**26, 1, 1], np.int64), None)   # 3 x 2^52 >= 2^53
+    assert not _integer_sums_exact(np.array([2**26, 1], np.int64), None)      # 2 x 2^52 = 2^53
+    assert _integer_sums_exact(np.array([2**26 - 1, 1], np.int64), None)     # 2 x (2^26 - 1)^2 < 2^53
