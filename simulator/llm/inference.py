@@ -2017,8 +2017,8 @@ class RolloutEngine:
             return cost.prefill_s(sum(t for t, _ in pieces), sum(a for _, a in pieces), len(pieces)), 0
         if not cost.params.chunked_prefill or riders == 0 and budget is None:
             return sum(cost.prefill_s(t, a, k) for t, a, k in _budget_steps(pieces, budget)), 0
-        tokens = sum(t for t, _ in pieces)
-        pairs = sum(a for _, a in pieces)
+        # (one piece, the usual admission: its figures, as the sums from 0 give them: pairs are positive)
+        tokens, pairs = pieces[0] if len(pieces) == 1 else (sum(t for t, _ in pieces), sum(a for _, a in pieces))
         steps = 1 if budget is None else max(1, math.ceil(tokens / max(1, budget - riders)))
         if riders == 0:
             return steps * cost.prefill_s(tokens / steps, pairs / steps, len(pieces) / steps), 0
