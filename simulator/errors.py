@@ -123,8 +123,11 @@ def set_item_for(fields: list[str], items: list[str]) -> str | None:
 def blamed_on_set(exc: RlsimError, items: list[str], flag: str = "--set") -> RlsimError:
     """``exc`` naming the ``flag`` item (``--set``, calibrate's ``--predict``) that gave its field, over
     the file it was applied to: a value a command line gave is not the scenario file's to fix."""
-    if exc.source and str(exc.source).startswith(f"{flag} "):   # blamed on its item already (simulate's overrides)
+    source = str(exc.source or "")
+    if source.startswith(f"{flag} "):   # blamed on its item already (simulate's overrides)
         return exc
+    if source.startswith("--") and source.split()[0].rstrip(":") != flag:
+        return exc   # another flag's own fault (--grid's repeated value): not the item under its key's
     item = set_item_for(exc.fields, items)
     if item is None and exc.related:   # a conflict: the item that gave one side of it
         item = next((hit for name in exc.related if (hit := set_item_for([name], items))), None)

@@ -80,15 +80,17 @@ def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
         key, raw = _split_grid_item(item)
         values = [_yaml_scalar(v, key) for v in _split_values(raw)]
         if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-            raise RlsimError(f"--grid {item!r} has a value that is not a finite number", field=key,
+            raise RlsimError(f"--grid {item!r} has a value that is not a finite number", source="--grid",
+                             field=key,
                              fix="give finite numbers (.inf / .nan are no setting of a scenario key)")
         if not values or any(v == "" for v in values):
-            raise RlsimError(f"--grid {item!r} has an empty value", field=key,
+            raise RlsimError(f"--grid {item!r} has an empty value", source="--grid", field=key,
                              fix="write KEY=V1,V2,... with no empty entries")
         if key in grid:
-            raise RlsimError(f"--grid names {key!r} twice", field=key, fix="give each key once with all its values")
+            raise RlsimError(f"--grid names {key!r} twice", source="--grid", field=key,
+                             fix="give each key once with all its values")
         if len({_value_identity(v) for v in values}) != len(values):
-            raise RlsimError(f"--grid {item!r} repeats a value", field=key, fix="list each value once")
+            raise RlsimError(f"--grid {item!r} repeats a value", source="--grid", field=key, fix="list each value once")
         grid[key] = values
     return grid
 

@@ -368,6 +368,29 @@ def test_a_base_setting_the_grid_replaces_in_every_point_is_refused(tmp_path, ca
     assert rc == 2 and said in err and "Traceback" not in err and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("grid, said", [
+    ("schedule=stalesync,stalesync", "--grid 'schedule=stalesync,stalesync' repeats a value"),
+    ("schedule=stalesync,", "--grid 'schedule=stalesync,' has an empty value"),
+    ("schedule=stalesync,nosuch", "the value 'nosuch' cannot be read")])
+def test_a_bad_grid_item_is_the_grids_error_not_a_set_item_under_it(tmp_path, capsys, grid, said):
+    """--set schedule.staleness=2 --grid schedule=stalesync,stalesync said 'rlsim: error: --set
+    schedule.staleness=2: field 'schedule': --grid ... repeats a value' (a sweep audit): the --set item
+    under the grid's section was blamed for the grid's own fault, and a reader fixed the wrong flag."""
+    from simulator.cli import main
+    rc = main(["sweep", "--set", "schedule.staleness=2", "--grid", grid, "--iterations", "1", "--jobs", "1",
+               "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("rlsim: error: --grid: field 'schedule': ") and said in err, err
+    assert "--set schedule.staleness=2" not in err and not (tmp_path / "out").exists()
+
+
+def test_parse_grid_errors_name_the_grid_as_their_source():
+    for items in (["a=1,1"], ["a=1,"], ["a=1", "a=2"], ["a=1,.nan"]):
+        with pytest.raises(RlsimError) as exc:
+            parse_grid(items)
+        assert exc.value.source == "--grid" and exc.value.field == "a", items
+
+
 def test_a_set_key_under_a_grid_section_is_still_kept(capsys):
     from simulator.commands.sweep import _refuse_replaced_by_grid
     from simulator.sweep import parse_grid
