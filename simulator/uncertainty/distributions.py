@@ -65,26 +65,44 @@ class Distribution:
         return dist
 
     def _check(self, source: str) -> None:
-        p = self.params
-        bad = ""
-        if self.law == "uniform" and not p["low"] <= p["high"]:
-            bad = "low must be <= high"
-        elif self.law == "triangular" and not p["low"] <= p["mode"] <= p["high"]:
-            bad = "low <= mode <= high is needed"
-        elif self.law == "normal" and p["sd"] < 0:
-            bad = "sd must be >= 0"
-        elif self.law == "lognormal" and (p["median"] <= 0 or p["sigma"] < 0):
-            bad = "median must be > 0 and sigma >= 0"
-        if not bad and "min" in p and "max" in p and p["min"] > p["max"]:
-            bad = "min must be <= max"
-        if not bad and self.integer:
+        fault = self._parameter_fault()
+        if fault is not None:
+            name, problem, fix = fault
+            raise RlsimError(f"bad {self.law} distribution: {problem}", source=source, field=f"{self.key}.{name}",
+                             fix=fix)
+        if self.integer:
             low, high = self.whole_support()
             if low > high:
-                bad = f"integer: true and no whole number lies in {self._support_text()}"
-        if bad:
-            fix = ("widen the range to hold a whole number, or drop integer: true" if bad.startswith("integer")
-                   else f"write e.g. {EXAMPLES[self.law]}")
-            raise RlsimError(f"bad {self.law} distribution: {bad}", source=source, field=self.key, fix=fix)
+                raise RlsimError(f"bad {self.law} distribution: integer: true and no whole number lies in "
+                                 f"{self._support_text()}", source=source, field=self.key,
+                                 fix="widen the range to hold a whole number, or drop integer: true")
+
+    def _parameter_fault(self) -> tuple[str, str, str] | None:
+        """(the parameter at fault, what is wrong with its value, what to give it), or None when the
+        parameters make a law."""
+        p = self.params
+        if self.law in ("uniform", "triangular") and p["low"] > p["high"]:
+            swapped = {**p, "low": p["high"], "high": p["low"]}
+            if self.law == "triangular":
+                return ("low", f"low must be <= high: low {p['low']:g} above high {p['high']:g}",
+                        f"give low <= mode <= high, e.g. {_law_text(self.law, swapped)}")
+            return ("low", f"low must be <= high: low {p['low']:g} above high {p['high']:g}",
+                    f"swap them: {_law_text(self.law, swapped)}")
+        if self.law == "triangular" and not p["low"] <= p["mode"] <= p["high"]:
+            return ("mode", f"mode {p['mode']:g} outside low..high {p['low']:g}..{p['high']:g}",
+                    f"give a mode within {p['low']:g}..{p['high']:g} (the most likely value)")
+        if self.law == "normal" and p["sd"] < 0:
+            return "sd", f"sd must be >= 0, got {p['sd']:g}", f"give sd 0 or more, e.g. sd: {abs(p['sd']):g}"
+        if self.law == "lognormal" and p["median"] <= 0:
+            return ("median", f"median must be > 0, got {p['median']:g}",
+                    "give a median above 0 (the law's middle value; its log is the normal's mean)")
+        if self.law == "lognormal" and p["sigma"] < 0:
+            return ("sigma", f"sigma must be >= 0, got {p['sigma']:g}",
+                    f"give sigma 0 or more (the spread of the log), e.g. sigma: {abs(p['sigma']):g}")
+        if "min" in p and "max" in p and p["min"] > p["max"]:
+            return ("min", f"min must be <= max: min {p['min']:g} above max {p['max']:g}",
+                    f"give min <= max, e.g. min: {p['max']:g}, max: {p['min']:g}")
+        return None
 
     def whole_support(self) -> tuple[float, float]:
         """The whole numbers an integer law's draws take: ceil(low)..floor(high) of a uniform or a
@@ -158,6 +176,11 @@ class Distribution:
         # leaves the value every draw takes, not an inverted range)
         floor, ceiling = p.get("min", -math.inf), p.get("max", math.inf)
         return min(max(lo, floor), ceiling), max(min(hi, ceiling), floor)
+
+
+def _law_text(law: str, params: Mapping[str, float]) -> str:
+    """A law as YAML: {dist: uniform, low: 0.8, high: 1.2}."""
+    return "{" + ", ".join([f"dist: {law}", *(f"{name}: {value:g}" for name, value in params.items())]) + "}"
 
 
 def find_distributions(data: Mapping[str, Any], source: str) -> list[Distribution]:

@@ -48,7 +48,7 @@ def test_distribution_is_sampled_reproducibly_and_reported(toy, costs):
 
 @pytest.mark.parametrize("spec, field, words", [
     ("{dist: unifrm, low: 1, high: 2}", "workload.response_length.median.dist", "unknown distribution"),
-    ("{dist: uniform, low: 3, high: 2}", "workload.response_length.median", "low must be <= high"),
+    ("{dist: uniform, low: 3, high: 2}", "workload.response_length.median.low", "low must be <= high"),
     ("{dist: normal, mean: 3}", "workload.response_length.median.sd", "needs 'sd'"),
     ("{dist: triangular, low: 1, mode: 2, high: 3, wide: 1}", "workload.response_length.median.wide", "unknown field"),
     ("{dist: lognormal, median: x, sigma: 1}", "workload.response_length.median.median", "finite number"),
@@ -57,6 +57,28 @@ def test_bad_distributions_name_the_full_dotted_key(toy, spec, field, words):
     with pytest.raises(RlsimError, match=words) as info:
         plan_replicas(toy, overrides=[f"workload.response_length.median={spec}"])
     assert info.value.field == field and info.value.fix
+
+
+@pytest.mark.parametrize("spec, field, words, fix", [
+    ({"dist": "uniform", "low": 1.2, "high": 0.8}, "k.low", "low 1.2 above high 0.8", "low: 0.8, high: 1.2"),
+    ({"dist": "triangular", "low": 3, "mode": 2, "high": 1}, "k.low", "low 3 above high 1", "low <= mode <= high"),
+    ({"dist": "triangular", "low": 1, "mode": 3, "high": 2}, "k.mode", "mode 3 outside low..high 1..2",
+     "a mode within 1..2"),
+    ({"dist": "normal", "mean": 1, "sd": -0.1}, "k.sd", "sd must be >= 0, got -0.1", "give sd 0 or more"),
+    ({"dist": "lognormal", "median": 1000, "sigma": -1}, "k.sigma", "sigma must be >= 0, got -1",
+     "give sigma 0 or more"),
+    ({"dist": "lognormal", "median": 0, "sigma": 1}, "k.median", "median must be > 0, got 0", "give a median above 0"),
+    ({"dist": "normal", "mean": 1, "sd": 0.1, "min": 2, "max": 1}, "k.min", "min 2 above max 1", "min <= max"),
+])
+def test_a_bad_distribution_parameter_is_named_with_its_value_and_its_own_fix(spec, field, words, fix):
+    """A sweep audit: {dist: lognormal, median: 1000, sigma: -1} said "field 'k': bad lognormal
+    distribution: median must be > 0 and sigma >= 0 (fix: write e.g. {dist: lognormal, median: 2048,
+    sigma: 0.3})": the parameter at fault, its value and what to give it went unsaid."""
+    from simulator.uncertainty.distributions import Distribution
+
+    with pytest.raises(RlsimError, match=words) as info:
+        Distribution.from_mapping("k", spec, "s.yaml")
+    assert info.value.field == field and fix in info.value.fix
 
 
 def test_a_plain_load_refuses_a_distribution_naming_the_key(toy):
