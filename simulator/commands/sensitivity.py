@@ -70,18 +70,20 @@ def _sensitivity(args: argparse.Namespace, imported: Any) -> int:
         note = ((note + "; ") if note else "") + (
             "one iteration of a schedule that runs ahead of its trainer: every figure is its warm-up step's (a "
             "partial first batch), so the ranking is the warm-up's; run 2 or more iterations (--iterations)")
-    if args.json:
+    noisy = runs.sobol_outside(frame)
+    noisy_note = (f"note: Sobol indices outside [0, 1] or first above total ({noisy}): estimates from "
+                  f"{frame.attrs['samples']} base samples are noise at this size; raise --samples") if noisy else ""
+    if args.json:   # the notes on stderr, as the console's below
         print_json(sensitivity_records(frame))
-        if note:
-            print(f"note: {note}", file=sys.stderr)
+        for text in (noisy_note, f"note: {note}" if note else ""):
+            if text:
+                print(text, file=sys.stderr)
         return 0
     print(f"{args.metric} at base: {figure_text(frame.attrs['base'], 6)} (median over {frame.attrs['seeds']} seed(s))")
     print(frame.to_string(index=False, float_format=figure_text))
     print(conclusion(frame))
-    noisy = runs.sobol_outside(frame)
-    if noisy:
-        print(f"note: Sobol indices outside [0, 1] or first above total ({noisy}): estimates from "
-              f"{frame.attrs['samples']} base samples are noise at this size; raise --samples")
+    if noisy_note:
+        print(noisy_note)
     if note:
         print(f"note: {note}")
     if args.out:

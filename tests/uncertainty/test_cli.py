@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 SMALL = ["--workload", "grpo-qwen2.5-7b", "--topology", "dgx-h100", "--iterations", "1",
@@ -86,6 +87,32 @@ def test_sensitivity_json_list_and_out(tmp_path, capsys):
     assert len({row["base"] for row in rows}) == 1 and rows[0]["base"] > 0
     assert (tmp_path / "tornado.svg").exists() and (tmp_path / "report.html").exists()
     assert json.loads((tmp_path / "sensitivity.json").read_text()) == rows
+
+
+def _noisy_sobol_frame(*args, **kwargs):
+    """A sensitivity frame whose Sobol estimates leave [0, 1] (4 base samples gave 1.11 / 1.27 on a
+    7B scenario): what the command prints around, not how it was computed."""
+    import pandas as pd
+    frame = pd.DataFrame({"key": ["workload.response_length.median"], "low": [800.0], "high": [1600.0],
+                          "figure_low": [1920.0], "figure_high": [2873.0], "swing": [953.0], "rank": [1],
+                          "sobol_first": [1.11], "sobol_first_ci95": [0.92], "sobol_total": [1.27],
+                          "sobol_total_ci95": [0.42]})
+    frame.attrs.update(metric="steady_tokens_per_s", base=2252.0, seeds=1, samples=4)
+    return frame
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_sensitivity_says_noisy_sobol_estimates_with_and_without_json(capsys, monkeypatch, json_flag):
+    """The console said "note: Sobol indices outside [0, 1] or first above total (...)"; --json printed
+    the same estimates with no word on stderr, where its other notes go (a sweep audit)."""
+    from simulator.uncertainty import sensitivity_runs
+    monkeypatch.setattr(sensitivity_runs, "sensitivity", _noisy_sobol_frame)
+    code, out, err = main_output(capsys, "sensitivity", *SMALL, "--vary", "workload.response_length.median=800..1600",
+                                 *json_flag)
+    said = "Sobol indices outside [0, 1] or first above total (workload.response_length.median 1.11 / 1.27)"
+    assert code == 0 and said in (err if json_flag else out), (out, err)
+    if json_flag:
+        assert json.loads(out)[0]["sobol_first"] == 1.11
 
 
 def test_sensitivity_bad_vary_exits_2(capsys):
