@@ -304,6 +304,34 @@ def test_nothing_finished_is_lost_after_sigterm_and_a_rerun_completes(tmp_path):
     assert saved <= ResultsStore(results).done_ids()
 
 
+@pytest.mark.parametrize("executor", ["local", "dask"])
+def test_a_second_ctrl_c_while_the_sweep_stops_keeps_its_saved_note(tmp_path, executor):
+    """`timeout -s INT` signals the command and then its process group, so the sweep gets SIGINT twice.
+    On Dask the second one landed in the clean-up: the sweep's "N of M points are saved ...; run the same
+    command again" was cut off or followed by a bare "rlsim: interrupted" (a sweep audit). The first
+    signal stops the sweep; one more while it stops is ignored."""
+    if executor == "dask":
+        pytest.importorskip("distributed")
+    out = tmp_path / "sweep"
+    seeds = ",".join(str(seed) for seed in range(1, 41))
+    proc = _rlsim("sweep", "--grid", f"seed={seeds}", "--iterations", "2", "--jobs", "2", "--executor", executor,
+                  "--out", str(out))
+    results = out / "results.csv"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not results.exists() or results.read_text().count("\n") < 2):
+        time.sleep(0.05)
+    assert proc.poll() is None, "the sweep ended before it was interrupted: it tests nothing"
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.1)   # past the first one's handler: CPython folds two signals that come together into one
+    proc.send_signal(signal.SIGINT)
+    err = _exited(proc, signal.SIGINT, 60)
+    # -SIGINT: the second came as the interpreter exited (its KeyboardInterrupt there ends the process by
+    # SIGINT itself); a shell sees 130 either way
+    assert proc.returncode in (128 + signal.SIGINT, -signal.SIGINT), err
+    assert "rlsim: sweep interrupted: " in err and "points are saved in" in err, err
+    assert "rlsim: interrupted" not in err and "Traceback" not in err, err
+
+
 # --------------------------------------------------------------------------- signals in the pool loop
 
 class _Stop(Exception):

@@ -192,7 +192,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack, grid: dict[str, l
 
     points = make_points(grid, fingerprint, base.base_dirs())
     # one executor for the whole command: a Dask cluster starts once, not once per capacity batch
-    with common.Progress("point") as progress, _sigterm_as_interrupt(), executor:
+    with common.Progress("point") as progress, _stopped_once(), executor:
         try:
             if target is not None and len(grid) == 1 and _orderable(next(iter(grid.values()))):
                 objects, answer = _capacity_search(grid, target, evaluate, store, executor, fingerprint,
@@ -248,21 +248,31 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """While the sweep runs, SIGTERM raises Terminated in the main thread (as SIGINT raises
-    KeyboardInterrupt), so the same clean-up runs and the user is told what is saved."""
+def _stopped_once() -> Iterator[None]:
+    """While the sweep runs, the first SIGINT raises KeyboardInterrupt and the first SIGTERM Terminated
+    (handled as Ctrl-C is), so the same clean-up runs and the user is told what is saved; a signal after
+    that one, while the sweep stops, is ignored. Why: `timeout -s INT` signals the command and then its
+    process group, so the sweep gets two, and on Dask the second broke off the clean-up and its
+    "3 of 12 points are saved" note ("rlsim: interrupted" in its place; a sweep audit)."""
+    stopping = False
+
     def handler(signum: int, frame: object) -> None:
-        raise Terminated()
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (an embedding program): leave SIGTERM alone
+        previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread (an embedding program): leave the signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, action in previous.items():
+            signal.signal(signum, action)
 
 
 # The lock file a sweep holds in its --out folder (results.*: the sweep's own, not a stale output).
