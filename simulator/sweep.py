@@ -65,7 +65,7 @@ def _value_identity(value: Any) -> str:
     twice), anything else by its JSON text."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return repr(float(value))
-    return json.dumps(value, sort_keys=True)
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
@@ -153,8 +153,27 @@ def expand_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
         if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):   # a numpy array is fine
             raise RlsimError(f"the values of {key!r} must be a list, got {values!r}", field=str(key),
                              fix=f"e.g. {{{key!r}: [1, 2]}}")
-    keys = list(grid)
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
+    columns = {key: list(values) for key, values in grid.items()}   # an iterator is read once
+    for key, values in columns.items():
+        _refuse_empty_or_repeated(str(key), values)
+    keys = list(columns)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(columns[k] for k in keys))]
+
+
+def _refuse_empty_or_repeated(key: str, values: list[Any]) -> None:
+    """A grid key with no values (no point at all) or one setting twice (two points of one id, or 1 and
+    1.0: one setting simulated twice), refused from Python as parse_grid refuses them."""
+    if not values:
+        raise RlsimError(f"the grid key {key!r} has no values: the grid would have no point", source="grid",
+                         field=key, fix=f"give it one value or more, e.g. {{{key!r}: [1, 2]}}, or leave it out")
+    seen: dict[str, Any] = {}
+    for value in plain_values(values):
+        identity = _value_identity(value)
+        if identity in seen:
+            same = seen[identity]
+            raise RlsimError(f"the grid key {key!r} repeats a value ({same!r} and {value!r} are one setting)",
+                             source="grid", field=key, fix="list each value once")
+        seen[identity] = value
 
 
 def grid_overrides(values: Mapping[str, Any]) -> list[str]:
@@ -208,8 +227,23 @@ def points_from_values(values: Iterable[Mapping[str, Any]], base_fingerprint: st
                          field="values", fix=POINT_VALUES_FIX)
     # numpy values (expand_grid over np.arange) as the Python values they hold: one id, JSON-able
     values = [plain_values(point_values(v)) for v in values]
-    return [Point(i, dict(v), point_id(v, base_fingerprint, files_of(v) if base_dirs is not None else None),
-                  base_fingerprint) for i, v in enumerate(values)]
+    points = [Point(i, dict(v), point_id(v, base_fingerprint, files_of(v) if base_dirs is not None else None),
+                    base_fingerprint) for i, v in enumerate(values)]
+    refuse_repeated_points(points)
+    return points
+
+
+def refuse_repeated_points(points: Sequence[Point]) -> None:
+    """Two points of one id (the same values over the same base) were both computed, and the sweep's
+    result kept one row of the two: refused, naming both."""
+    first: dict[str, int] = {}
+    for point in points:
+        earlier = first.setdefault(point.id, point.index)
+        if earlier != point.index:
+            raise RlsimError(f"points {earlier} and {point.index} are one point (the same values "
+                             f"{json.dumps(point.values, sort_keys=True, default=str)} over the same base): "
+                             "a sweep runs each point once", source="points", field="values",
+                             fix="list each point once")
 
 
 POINT_VALUES_FIX = "give each point's values as a mapping, e.g. [{'topology.nodes': 2}, {'topology.nodes': 4}]"
@@ -983,6 +1017,7 @@ def run_sweep(points: Sequence[Point], evaluate: PointFunction, *, store: Result
     if not callable(evaluate):   # a TypeError 'NoneType object is not callable' from inside the executor
         raise RlsimError(f"evaluate must be a function of a point's values, got {evaluate!r}", field="evaluate",
                          fix="pass e.g. simulate_point bound to a BaseScenario: functools.partial(simulate_point, base)")
+    refuse_repeated_points(points)   # hand-made Points too
     base = _bound_base(evaluate)
     if base is not None:   # before any point runs: each would fail on the same clash, or read past it
         base.refuse_replaced_by_grid(grid or _grid_from_points(points))

@@ -23,6 +23,7 @@ from simulator.sweep import (
     BaseScenario,
     DaskExecutor,
     LocalExecutor,
+    Point,
     ResultsStore,
     SerialExecutor,
     SweepAborted,
@@ -120,6 +121,31 @@ def test_expand_grid_is_the_full_product_with_distinct_stable_ids(grid):
 def test_expand_grid_order_is_first_key_slowest():
     assert expand_grid({"a": [1, 2], "b": ["x", "y"]}) == [
         {"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 2, "b": "x"}, {"a": 2, "b": "y"}]
+
+
+@pytest.mark.parametrize("grid, said", [({"topology.nodes": [1, 1]}, "repeats a value"),
+                                        ({"topology.nodes": [1, 1.0]}, "repeats a value"),   # one setting
+                                        ({"topology.nodes": []}, "has no values")])
+def test_expand_grid_refuses_what_parse_grid_refuses(grid, said):
+    """A sweep audit: from Python, {'topology.nodes': [1, 1]} made two points of one id, both computed,
+    and a result of one row for the grid's two; [1, 1.0] simulated one setting twice; [] ran no point
+    and said only that the results file held other sweeps' rows. parse_grid refuses all three."""
+    with pytest.raises(RlsimError, match=said) as exc:
+        expand_grid(grid)
+    assert exc.value.field == "topology.nodes" and exc.value.fix
+
+
+def test_points_of_one_id_are_refused_from_the_list_and_by_run_sweep(tmp_path):
+    values = [{"topology.nodes": 1}, {"topology.nodes": 2}, {"topology.nodes": 1}]
+    with pytest.raises(RlsimError, match="points 0 and 2 are one point") as exc:
+        points_from_values(values, "fp")
+    assert exc.value.fix == "list each point once"
+    one, two = points_from_values(values[:2], "fp")
+    seen = Counter()
+    with pytest.raises(RlsimError, match="points 0 and 2 are one point"):
+        run_sweep([one, two, Point(2, one.values, one.id, one.base)], seen,
+                  store=ResultsStore(tmp_path / "r.csv"))
+    assert not seen.seen and not (tmp_path / "r.csv").exists()
 
 
 # --------------------------------------------------------------------------- results file and resume
