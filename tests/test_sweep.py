@@ -417,6 +417,24 @@ def test_parse_grid_errors_name_the_grid_as_their_source():
         assert exc.value.source == "--grid" and exc.value.field == "a", items
 
 
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_points_warnings_are_said_naming_its_row(tmp_path, capsys, json_flag):
+    """A sweep audit: --grid schedule.rollout_fraction=0.5,0.75 printed two identical rows and no word
+    that 0.75 ran the 0.5 split (whole replicas and instances); `rlsim run` says it as a warning, the
+    sweep said its rows' notes only. Each warning now goes to stderr once, naming the rows it holds for."""
+    from simulator.cli import main
+    rc = main(["sweep", "--schedule", "disaggregated", "--grid", "schedule.rollout_fraction=0.5,0.75",
+               "--iterations", "1", "--jobs", "1", "--out", str(tmp_path / "out"), *json_flag])
+    out, err = capsys.readouterr()
+    said = ("rlsim: warning: [schedule.rollout_fraction=0.75] schedule.rollout_fraction=0.75 asks 288 of 384 "
+            "devices to generate")
+    assert rc == 0 and said in err and "[schedule.rollout_fraction=0.5]" not in err, err
+    if json_flag:
+        assert [len(o["warnings"]) for o in json.loads(out)] == [0, 1]
+    else:
+        assert "rlsim: warning" not in out, out
+
+
 def test_a_set_key_under_a_grid_section_is_still_kept(capsys):
     from simulator.commands.sweep import _refuse_replaced_by_grid
     from simulator.sweep import parse_grid

@@ -220,6 +220,8 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack, grid: dict[str, l
             print(f"rlsim: sweep {_stopped_by(exc)}: {_saved_note(store, points)}", file=sys.stderr)
             return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
 
+    for warning in _row_warnings(objects, list(grid)):   # as `rlsim run` says them, with or without --json
+        print(f"rlsim: warning: {warning}", file=sys.stderr)
     if args.out:
         _write_outputs(args.out, objects, list(grid), answer, target)
     if args.json:
@@ -667,14 +669,25 @@ def _row_notes(objects, grid_keys) -> list[str]:
     """summary_notes of each row (a schedule dropping samples as stale, a bound that never binds),
     each once, naming the rows; and whether the selected row is one of them."""
     from ..metrics import summary_notes
-    by_note: dict[str, list[str]] = {}
+    return _by_rows(objects, grid_keys, summary_notes)
+
+
+def _row_warnings(objects, grid_keys) -> list[str]:
+    """Each row's warnings (a split the granules moved, devices idle the whole run: what `rlsim run` says
+    on stderr), each once, naming the rows."""
+    return _by_rows(objects, grid_keys, lambda obj: obj.get("warnings") or [])
+
+
+def _by_rows(objects, grid_keys, texts_of: Any) -> list[str]:
+    """'[ROW; ROW] text' for each text of the rows without an error, each text once."""
+    by_text: dict[str, list[str]] = {}
     for obj in objects:
         if obj.get("error"):
             continue
         label = ", ".join(f"{k}={obj['grid'][k]}" for k in grid_keys)
-        for note in summary_notes(obj):
-            by_note.setdefault(note, []).append(label + (" (selected)" if obj.get("selected") else ""))
-    return [f"[{'; '.join(rows)}] {note}" for note, rows in by_note.items()]
+        for text in texts_of(obj):
+            by_text.setdefault(text, []).append(label + (" (selected)" if obj.get("selected") else ""))
+    return [f"[{'; '.join(rows)}] {text}" for text, rows in by_text.items()]
 
 
 def _fmt(value: Any, fmt: Any) -> str:
