@@ -48,7 +48,37 @@ def parse_assignment(item: str) -> tuple[str, Any]:
         raise RlsimError(f"cannot read the value of --set {key}", field=key,
                          fix="give a number of a sensible size or a plain value") from None
     check_expansion(value, "--set", key)
+    _refuse_colon_without_space(key, raw.strip(), value)
     return key, value
+
+
+def _refuse_colon_without_space(key: str, raw: str, value: Any) -> None:
+    """A flow mapping written without a space after its colons ({dist:uniform,low:1}) is YAML for keys
+    'dist:uniform', 'low:1' with no values: refused as that, with the value spaced as the fix (it was
+    refused further on as a number that is not one, the mapping meant unsaid)."""
+    glued = _glued_key(value)
+    if glued is None:
+        return
+    spaced = re.sub(r",(?=\S)", ", ", re.sub(r"(?<=[\w\]}'\"]):(?=[^\s/])", ": ", raw))
+    raise RlsimError(f"YAML reads {raw} as the key {glued!r} with no value (a mapping's colon needs a space "
+                     "after it)", field=key, fix=f"write a space after each colon: {spaced}")
+
+
+def _glued_key(value: Any) -> str | None:
+    """The first mapping key inside ``value`` that holds a colon and maps to nothing, or None."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            if item is None and isinstance(name, str) and ":" in name:
+                return name
+            found = _glued_key(item)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for item in value:
+            found = _glued_key(item)
+            if found is not None:
+                return found
+    return None
 
 
 # The flow collections a `--set` value may open, by their opening bracket: the bracket closing each.

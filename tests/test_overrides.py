@@ -47,6 +47,23 @@ def test_a_list_or_mapping_yaml_cannot_read_is_refused_naming_the_bracket(item: 
     assert info.value.field == "a" and info.value.message == message and fix in info.value.fix
 
 
+@pytest.mark.parametrize("item, key, fix", [
+    ("workload.response_length.sigma={dist:uniform,low:0.8,high:1.2}", "dist:uniform",
+     "{dist: uniform, low: 0.8, high: 1.2}"),
+    ("topology={preset:dgx-h100, nodes: 2}", "preset:dgx-h100", "{preset: dgx-h100, nodes: 2}"),
+    ("schedule.failures=[{at_s:10, fail: 1}]", "at_s:10", "[{at_s: 10, fail: 1}]"),
+])
+def test_a_mapping_key_with_no_space_after_its_colon_is_refused_as_such(item: str, key: str, fix: str) -> None:
+    """A sweep audit: --set 'workload.response_length.sigma={dist:uniform,low:0.8,high:1.2}' (no spaces)
+    is YAML for the keys 'dist:uniform', 'low:0.8', 'high:1.2' with no values, and was refused as
+    "expected a finite number, got {'dist:uniform': None, ...} (fix: give ... as a number)": the
+    distribution meant went unsaid."""
+    with pytest.raises(RlsimError, match=f"the key '{key}' with no value") as exc:
+        parse_assignment(item)
+    assert exc.value.field == item.split("=")[0] and fix in exc.value.fix
+    assert parse_assignment("workload.name={a: 'x:y'}")[1] == {"a": "x:y"}   # a colon inside a value stays
+
+
 @pytest.mark.parametrize("item", ["topology.nodes", "=3", "  =3", ""])
 def test_parse_assignment_refuses_a_missing_key_or_sign(item: str) -> None:
     with pytest.raises(RlsimError) as info:
