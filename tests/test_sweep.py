@@ -435,6 +435,19 @@ def test_a_points_warnings_are_said_naming_its_row(tmp_path, capsys, json_flag):
         assert "rlsim: warning" not in out, out
 
 
+def test_an_interrupted_capacity_bisection_does_not_promise_every_candidate_left(tmp_path):
+    """A sweep audit: a bisection over 6 sizes stopped with 3 saved said "run the same command again to
+    compute the other 3", where the search needs fewer: it says the search goes on instead."""
+    from simulator.commands.sweep import _saved_note
+    points = make_points({"topology.supernodes": [1, 2, 3, 4, 6, 8]}, "fp")
+    store = ResultsStore(tmp_path / "r.csv")
+    run_sweep(points[:3], Counter(), store=store)
+    assert _saved_note(store, points).endswith("run the same command again to compute the other 3")
+    said = _saved_note(store, points, bisecting=True)
+    assert said.startswith("3 of the 6 candidates are saved in ") and "compute the other" not in said
+    assert "go on with the search" in said
+
+
 def test_a_set_key_under_a_grid_section_is_still_kept(capsys):
     from simulator.commands.sweep import _refuse_replaced_by_grid
     from simulator.sweep import parse_grid

@@ -193,8 +193,9 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack, grid: dict[str, l
     points = make_points(grid, fingerprint, base.base_dirs())
     # one executor for the whole command: a Dask cluster starts once, not once per capacity batch
     with common.Progress("point") as progress, _stopped_once(), executor:
+        searching = target is not None and len(grid) == 1 and _orderable(next(iter(grid.values())))
         try:
-            if target is not None and len(grid) == 1 and _orderable(next(iter(grid.values()))):
+            if searching:
                 objects, answer = _capacity_search(grid, target, evaluate, store, executor, fingerprint,
                                                    prices, args.search or "bisect", jobs, progress, base.base_dirs(),
                                                    watch=watch)
@@ -217,9 +218,17 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack, grid: dict[str, l
             return 1
         except KeyboardInterrupt as exc:
             progress.close()
-            print(f"rlsim: sweep {_stopped_by(exc)}: {_saved_note(store, points)}", file=sys.stderr)
+            bisecting = searching and (args.search or "bisect") == "bisect"
+            print(f"rlsim: sweep {_stopped_by(exc)}: {_saved_note(store, points, bisecting)}", file=sys.stderr)
             return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
 
+    return _said_and_written(args, grid, imported, objects, sweep, store, answer, target)
+
+
+def _said_and_written(args: argparse.Namespace, grid: dict[str, list[Any]], imported: Any, objects: list[dict],
+                      sweep: Any, store: Any, answer: dict | None, target: Any) -> int:
+    """The finished sweep's warnings, outputs and table (or JSON); its exit code: 2 when every point
+    failed, else 0."""
     for warning in _row_warnings(objects, list(grid)):   # as `rlsim run` says them, with or without --json
         print(f"rlsim: warning: {warning}", file=sys.stderr)
     if args.out:
@@ -340,8 +349,9 @@ def _stopped_by(exc: BaseException) -> str:
     return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
 
 
-def _saved_note(store: Any, points: list[Any]) -> str:
-    """'3 of 8 points are saved in out/results.csv; run the same command again to compute the other 5'."""
+def _saved_note(store: Any, points: list[Any], bisecting: bool = False) -> str:
+    """'3 of 8 points are saved in out/results.csv; run the same command again to compute the other 5'.
+    A capacity bisection computes the candidates it still needs, not every one left: said so."""
     if store is None:
         return "no point was saved (no --out); give --out DIR to make a sweep resumable"
     try:
@@ -349,6 +359,9 @@ def _saved_note(store: Any, points: list[Any]) -> str:
     except RlsimError:
         saved = 0
     rest = len(points) - saved
+    if bisecting:
+        return (f"{saved} of the {len(points)} candidates are saved in {store.path}; run the same command again to "
+                "go on with the search (it computes only the candidates the bisection still needs)")
     again = f"run the same command again to compute the other {rest}" if rest else "all of them are done"
     return f"{saved} of {len(points)} points are saved in {store.path}; {again}"
 
