@@ -342,6 +342,26 @@ def _raise_stop(signum, frame):
     raise _Stop(signum)
 
 
+def test_a_signal_after_the_repeat_window_stops_the_clean_up_again(monkeypatch):
+    """The second of `timeout`'s two signals (milliseconds apart) is the same stop and ignored; a Ctrl-C
+    pressed later, while a slow clean-up runs, is the user's second press and interrupts it."""
+    from simulator.commands import sweep as sweep_command
+
+    clock = [100.0]
+    monkeypatch.setattr(sweep_command.time, "monotonic", lambda: clock[0])
+    with sweep_command._stopped_once():
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        clock[0] += 0.1
+        os.kill(os.getpid(), signal.SIGINT)   # the process group's copy: ignored
+        time.sleep(0.05)
+        clock[0] += sweep_command.REPEATED_SIGNAL_WINDOW_S
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+
+
 def test_signals_in_the_pool_loop_are_raised_where_the_loop_looks():
     """A SIGTERM during the local pool's wait is recorded, not raised mid-lock; raise_pending runs the
     handler that was in place, which is back afterwards; one that comes after the last look is raised

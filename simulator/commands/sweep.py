@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -258,20 +259,26 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled as Ctrl-C is: the pool is stopped, finished points are already saved."""
 
 
+# How long after the first stop signal further ones count as the same stop and are ignored: `timeout -s INT`
+# signals the command and then its process group within milliseconds; a Ctrl-C given later, while a slow
+# clean-up runs, is the user's second press and stops the clean-up as before.
+REPEATED_SIGNAL_WINDOW_S = 2.0
+
+
 @contextlib.contextmanager
 def _stopped_once() -> Iterator[None]:
     """While the sweep runs, the first SIGINT raises KeyboardInterrupt and the first SIGTERM Terminated
-    (handled as Ctrl-C is), so the same clean-up runs and the user is told what is saved; a signal after
-    that one, while the sweep stops, is ignored. Why: `timeout -s INT` signals the command and then its
+    (handled as Ctrl-C is), so the same clean-up runs and the user is told what is saved; a signal within
+    REPEATED_SIGNAL_WINDOW_S of that one is ignored. Why: `timeout -s INT` signals the command and then its
     process group, so the sweep gets two, and on Dask the second broke off the clean-up and its
     "3 of 12 points are saved" note ("rlsim: interrupted" in its place; a sweep audit)."""
-    stopping = False
+    first: list[float] = []
 
     def handler(signum: int, frame: object) -> None:
-        nonlocal stopping
-        if stopping:
+        now = time.monotonic()
+        if first and now - first[0] < REPEATED_SIGNAL_WINDOW_S:
             return
-        stopping = True
+        first[:] = [now]
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     try:
