@@ -978,6 +978,12 @@ FAST_RUN_MANY_MIN_SEQUENCES = 16
 # Rounds of _full_slots_finishes before it leaves a walk to the heap (_full_slots_walk): a round per
 # generation of jobs on one slot, 4-6 in the seed step's walks. A speed knob only, like the above.
 FULL_SLOTS_ROUNDS = 24
+# An engine's copy() first drops its done slots nothing refers to (RolloutEngine._compact) once they
+# outnumber the rest (running, waiting, finished but not yet collected) by this many slots beyond
+# as many again: a long request-fed run adds thousands of slots while a few hundred are live, and
+# each copy (ResumableRun's, every ENGINE_CHECKPOINT_EVERY_EVENTS events) copied them all. A speed
+# knob only: results do not depend on it (tests/llm/test_engine_compact.py sets it to 0).
+COMPACT_MIN_DONE_SLOTS = 64
 # What an engine counts beside its time (RolloutEngine.counts, summed into the run summary's
 # rollout section): summary key -> the engine's attribute.
 ENGINE_COUNTERS = {
@@ -1362,7 +1368,10 @@ class RolloutEngine:
     def copy(self) -> RolloutEngine:
         """An independent engine in the same state (a checkpoint: advancing or interrupting the copy
         leaves this one untouched). The step-cost object (caches only) and the records fixed once
-        added (rebound by add_many, never mutated) are shared."""
+        added (rebound by add_many, never mutated) are shared. Both are compacted first when most
+        slots are done (_compact): a copy costs the live slots."""
+        if self._order and len(self._state) > 2 * self._referred_slots() + COMPACT_MIN_DONE_SLOTS:
+            self._compact()
         self._records_shared = True   # both hold the record lists now: the next add of either rebinds
         new = object.__new__(RolloutEngine)
         new.__dict__.update(self.__dict__)
@@ -1380,6 +1389,48 @@ class RolloutEngine:
         new._waiting = deque(self._waiting)
         new._outbox = deque(self._outbox)
         return new
+
+    def _referred_slots(self) -> int:
+        """A bound on the slots _compact keeps: the running and waiting ones, and the entries of the
+        heap, the outbox and the prefill in flight."""
+        return (self._n + len(self._waiting) + len(self._heap) + len(self._outbox)
+                + (len(self._prefill[2]) if self._prefill is not None else 0))
+
+    def _compact(self) -> None:
+        """Drop the done slots nothing refers to (finished and collected, or interrupted), the rest
+        renumbered in slot order (every loop over slots, the waiting queue and the stack keep their
+        order). Nothing depends on a slot's number: the heap's entries compare on (finish step,
+        admission order), unique, so they are renumbered where they stand (the heap's layout, the
+        order _live_running lists them in, is kept); the stack's entries of dropped slots went
+        stale for good (a done slot never runs again) and go; a slot's own prompt group (negative,
+        shares nothing) keeps its value. The per-slot lists are rebound, never changed in place: a
+        copy or a kept start (_UntouchedStart) holding them keeps them as they were. A slot
+        finished by a prefill, or in one in flight, is referred to until the prefill's end is
+        passed (interrupt undoes it from those entries)."""
+        state = self._state
+        referred = {entry[2] for entry in self._heap}
+        referred.update(slot for _, _, slot in self._outbox)
+        if self._prefill is not None:
+            referred.update(slot for slot, _ in self._prefill[2])
+        kept = [slot for slot, st in enumerate(state) if st != _DONE or slot in referred]
+        index = dict(zip(kept, range(len(kept)), strict=True))
+        for name in ("_id", "_p", "_r", "_g", "_sadm", "_state", "_arrival", "_epoch", "_group"):
+            values = getattr(self, name)
+            setattr(self, name, [values[slot] for slot in kept])
+        self._heap = [(step, order, index[slot], epoch) for step, order, slot, epoch in self._heap]
+        self._stack = [(index[slot], epoch) for slot, epoch in self._stack if slot in index]
+        self._waiting = deque(index[slot] for slot in self._waiting)
+        self._outbox = deque((time, seq_id, index[slot]) for time, seq_id, slot in self._outbox)
+        if self._prefill is not None:
+            start, end, slots = self._prefill
+            self._prefill = (start, end, [(index[slot], g) for slot, g in slots])
+        self._kept = {index[slot]: tokens for slot, tokens in self._kept.items()}
+        self._share_of = {index[slot]: key for slot, key in self._share_of.items()}
+        self._share_sets = {key: [index[slot] for slot in members] for key, members in self._share_sets.items()}
+        self._resuming = {index[slot] for slot in self._resuming}
+        self._readmitting = {index[slot] for slot in self._readmitting}
+        self._slot_of = self._arrays = self._added = None   # (keyed on the old lists)
+        self._records_shared = False
 
     # ---- the whole run in arrays (no per-event Python where nothing can interfere) ----------------
     def _record_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
