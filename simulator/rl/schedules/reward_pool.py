@@ -35,6 +35,20 @@ class RewardPool:
         if work_s <= 0:
             return at_s + least_s
         first = bisect.bisect_right(self.ends, at_s)     # the first interval still busy after at_s
+        if first == len(self.ends):   # idle from at_s on (hand-overs in time order): _serve_around's outcome in O(1)
+            done = at_s + work_s
+            if done > at_s:   # (a remainder below the float resolution of its start leaves no interval)
+                if self.ends and at_s <= self.ends[-1]:   # touches the last interval (which ends by at_s): joined
+                    self.ends[-1] = done
+                else:
+                    self.starts.append(at_s)
+                    self.ends.append(done)
+            return max(done, at_s + least_s)
+        return self._serve_around(at_s, work_s, least_s, first)
+
+    def _serve_around(self, at_s: float, work_s: float, least_s: float, first: int) -> float:
+        """serve() of a batch of positive work, the intervals from ``first`` on busy after ``at_s``:
+        it fills the gaps between them, and the intervals it ran between are joined again."""
         t, left, used, j = at_s, work_s, [], first
         while True:
             gap_end = self.starts[j] if j < len(self.starts) else math.inf

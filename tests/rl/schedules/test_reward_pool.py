@@ -1,4 +1,6 @@
 """The job's shared rule-reward pool as a fluid server (rl/schedules/reward_pool.py)."""
+import bisect
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -90,3 +92,24 @@ def test_serving_in_order_takes_each_hand_overs_own_work(items, before):
     assert got is not None and got == pytest.approx(expected, rel=1e-9, abs=1e-9)
     assert many.busy_s() == pytest.approx(one.busy_s(), rel=1e-9)
     assert many.busy_s() == pytest.approx(before + float(work.sum()), rel=1e-9)    # the stretch before, then the work
+
+
+def _served_around(pool: RewardPool, at: float, work: float, least: float) -> float:
+    """serve() through its general path only (the gaps between the intervals busy after ``at``)."""
+    if work <= 0:
+        return at + least
+    return pool._serve_around(at, work, least, bisect.bisect_right(pool.ends, at))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(-5, 20), st.sampled_from([0.0, 1e-300, 1e-12]) | st.floats(0, 5),
+                          st.floats(0, 2)), min_size=1, max_size=40))
+def test_a_pool_idle_after_the_hand_over_serves_as_the_general_path_does(steps):
+    """serve()'s O(1) path (nothing busy after the hand-over: the last interval extended, or a new
+    one) leaves the pool and answers as the general path, bit for bit: hand-overs mostly later than
+    the last (the usual case), some earlier, zero work and work below a start's float resolution."""
+    fast, general, now = RewardPool(), RewardPool(), 0.0
+    for delta, work, least in steps:
+        now += delta
+        assert fast.serve(now, work, least) == _served_around(general, now, work, least)
+        assert (fast.starts, fast.ends) == (general.starts, general.ends)
