@@ -191,7 +191,8 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     tokens = layout.micro_batch * seq_len / cp
     m = micro_batches if micro_batches is not None else pp * vpp
     key = (model, chunks, pp, vpp, tp, layout.ep, layout.expert_tp, layout.sp, layout.recompute,
-           bool(flash_attention), context / cp, params, layout.recompute_method, layout.recompute_num_layers)
+           bool(flash_attention), stage_sums_context(context / cp, bool(flash_attention), layout.recompute), params,
+           layout.recompute_method, layout.recompute_num_layers)
     try:
         sums = _stage_sums(*key)
     except TypeError:  # an unhashable model stand-in
@@ -321,6 +322,14 @@ def zero_backward_buffers_bytes(zero: int, grad_partition_bytes: float, micro_ba
     accumulated = params.zero2_accumulated_grad_partitions * grad_partition_bytes \
         if zero == 2 and micro_batches > 1 else 0.0
     return buckets + accumulated
+
+
+def stage_sums_context(context_len: float, flash: bool, recompute: str) -> float:
+    """The attended length _stage_sums is keyed on: ``context_len`` where its activations read it (the
+    materialized scores of activation_bytes_per_token: flash off, and no selective recompute, which drops
+    them), else 0.0, so that layouts whose micro-batches differ in length alone share one entry (the
+    planner's candidates, each at its own heaviest micro-batch: the same floats, computed once)."""
+    return context_len if not flash and recompute != "selective" else 0.0
 
 
 @lru_cache(maxsize=4096)

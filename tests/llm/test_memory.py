@@ -289,3 +289,37 @@ def test_full_recompute_rebuilds_the_stages_largest_layer_not_its_first(name):
     b = memory_per_device(model, TrainLayout(tp=tp, dp=1, zero=0, recompute="full"), tokens, BIG, micro_batches=1)
     inputs = sum(per_token(lay, "full") for lay in shapes) * tokens   # one micro-batch in flight (pp 1)
     assert b.activations_bytes == pytest.approx(inputs + max(whole) * tokens, rel=1e-12)
+
+
+@pytest.mark.parametrize("flash", [True, False])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_the_stage_sums_are_keyed_on_the_attended_length_only_where_the_activations_read_it(flash, recompute):
+    """stage_sums_context: the materialized scores (flash off, recompute none; full recompute's rebuilt
+    group) read the attended length, flash attention and selective recompute do not: two lengths that
+    give one key give the same activation bytes, two that give two keys different ones."""
+    from simulator.llm.memory import stage_sums_context
+
+    layer, params = layer_shapes(GPT)[0], MemoryParams()
+    read = not flash and recompute != "selective"
+    assert (stage_sums_context(512.0, flash, recompute) != stage_sums_context(2048.0, flash, recompute)) is read
+    assert stage_sums_context(512.0, flash, recompute) == (512.0 if read else 0.0)
+    for mode in {recompute, "none"} if recompute == "full" else {recompute}:   # full: its rebuilt layers' too
+        short, long = (activation_bytes_per_token(layer, GPT.hidden, GPT.ffn_hidden, True, tp=2, sp=True,
+                                                  recompute=mode, flash=flash, context_len=c, params=params)
+                       for c in (512.0, 2048.0))
+        assert (short != long) is (read and mode == "none")
+
+
+def test_micro_batches_of_other_lengths_share_one_stage_sum_under_flash_attention():
+    """Layouts judged at micro-batches of other lengths (the planner's candidates, each at its heaviest)
+    compute the per-stage sums once under flash attention: the same floats as computed anew."""
+    from simulator.llm import memory
+
+    layout = TrainLayout(dp=2, pp=2, micro_batch=3, recompute="none")
+    memory_per_device(GPT, layout, 1000.0, BIG)
+    before = memory._stage_sums.cache_info()
+    again = memory_per_device(GPT, layout, 1700.0, BIG)
+    after = memory._stage_sums.cache_info()
+    assert (after.hits - before.hits, after.misses - before.misses) == (1, 0)
+    memory._stage_sums.cache_clear()
+    assert again == memory._memory_per_device(GPT, layout, 1700.0, BIG, MemoryParams(), True, None, 1700.0)
