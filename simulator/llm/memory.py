@@ -187,7 +187,6 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
                        flash_attention: bool, micro_batches: int | None, context: float) -> MemoryBreakdown:
     tp, pp, vpp, cp = layout.tp, layout.pp, layout.vpp, layout.cp
     chunks = layout_stage_layers(int(model.num_layers), layout)
-    emb, head = embedding_params(model)
     tokens = layout.micro_batch * seq_len / cp
     m = micro_batches if micro_batches is not None else pp * vpp
     key = (model, chunks, pp, vpp, tp, layout.ep, layout.expert_tp, layout.sp, layout.recompute,
@@ -197,57 +196,26 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
         sums = _stage_sums(*key)
     except TypeError:  # an unhashable model stand-in
         sums = _stage_sums.__wrapped__(*key)
-    # Read once: the same for every stage (properties of the layout, constants of the params).
-    zero, zero_shard, expert_zero_shard = layout.zero, layout.zero_shard, layout.expert_zero_shard
-    full_recompute, adapters = layout.recompute == "full", getattr(model, "adapter_rank", 0)
-    # the trainer's own resident parameters (its fp32 shard under FSDP with fp32 master parameters)
-    weight_bpp, grad_bpp = params.resident_bytes_per_param, params.grad_bytes_per_param
-    optim_bpp = params.optimizer_bytes_per_param
-    logits_bpe = params.logits_bytes_per_elem + params.entropy_logits_bytes_per_elem
-    kept_buckets = zero_kept_bucket_bytes(zero, params)
+    kept_buckets = zero_kept_bucket_bytes(layout.zero, params)
+    # Each stage's states (all but its activations): a middle stage whose sums are its predecessor's
+    # (_stage_sums gives equal stages one tuple: a uniform model's) has its predecessor's, the same floats
     best: tuple[float, ...] | None = None   # (total, stage, weights, grads, optim, acts, logits, gathered, buffers,
     #                                            step copies, step gradients, staging)
+    held: tuple[float, ...] = ()
     for s in range(pp):
-        dense, expert, largest_layer, per_chunks, rebuilt, trained_dense, trained_expert, largest_tensor = sums[s]
-        outer = 0.0   # the embedding / output head this stage holds (FSDP's root unit)
-        outer_tensors = [0.0]
-        if s == 0:
-            outer_tensors.append(emb / tp)
-        if s == pp - 1 and (pp > 1 or not model.tied_head):
-            outer_tensors.append(head / tp)
-        outer = sum(outer_tensors)
-        dense += outer
-        if not adapters:   # LoRA freezes the embedding and head
-            trained_dense += outer
-            largest_tensor = max(largest_tensor, *outer_tensors)
-        staging = zero_offload_staging_bytes(zero, largest_tensor, params)
-        # ZeRO shards dense states over dp x cp, expert states over the expert-DP group
-        # (tp x cp x dp / (etp x ep) ranks: MoE parallel folding), or over a zero_shard_size part of each.
-        # Gradients and optimizer states are the trained parameters' (LoRA: its adapters only).
-        full = dense + expert
-        shard = dense / zero_shard + expert / expert_zero_shard
-        trained = trained_dense + trained_expert
-        trained_shard = trained_dense / zero_shard + trained_expert / expert_zero_shard
-        weights = weight_bpp * (shard if zero >= 3 else full)
-        grads = device_gradient_bytes(zero, grad_bpp, trained, trained_shard, params)
-        optim = optim_bpp * (trained_shard if zero >= 1 else trained)
+        stage_sums = sums[s]
+        if not (1 < s < pp - 1 and stage_sums is sums[s - 1]):
+            held = _stage_states(model, layout, params, stage_sums, s == 0, s == pp - 1, tokens, m, micro_batches,
+                                 kept_buckets)
+        weights, grads, optim, logits, gathered, buffers, copies, step_grads, staging, step_total = held
+        per_chunks, rebuilt = stage_sums[3], stage_sums[4]
         acts = _in_flight_cached(tuple([per_chunk * tokens for per_chunk in per_chunks]), pp, vpp, m, s)
-        if full_recompute:  # the largest recompute group's full activations are rebuilt during its backward
+        if layout.recompute == "full":  # the largest recompute group's full activations are rebuilt in its backward
             acts += tokens * rebuilt
-        logits = tokens * float(model.head_outputs) / tp * logits_bpe if s == pp - 1 else 0.0
-        # torch's pipelining under FSDP2 holds the stage's unsharded gradients over the micro-batches
-        # and leaves its layers whole after every backward but the last (set_reshard_after_backward(False))
-        held_whole = pp > 1 and m > 1 and params.zero3_sync_last_micro_batch_only
-        accumulated = trained if held_whole else 0.0
-        gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert, accumulated,
-                                           held_whole, pp=pp) if zero >= 3 else 0.0
-        buffers = zero_backward_buffers_bytes(zero, grad_bpp * trained_shard, micro_batches or 1, params,
-                                              reduce_ranks=zero_shard)
-        copies, step_grads = zero_step_copies(zero, grad_bpp * trained_shard, params)
         # MemoryBreakdown.total_bytes's sum, in its order: the stage with the largest (the first of equals)
         total = weights + grads + optim + acts + logits + gathered + buffers + staging
         if copies:
-            total = max(total, weights + step_grads + optim + copies + kept_buckets + staging)
+            total = max(total, step_total)
         if best is None or total > best[0]:
             best = (total, s, weights, grads, optim, acts, logits, gathered, buffers, copies, step_grads, staging)
     assert best is not None
@@ -255,6 +223,54 @@ def _memory_per_device(model, layout: TrainLayout, seq_len: float, capacity_hbm_
     return MemoryBreakdown(int(stage), weights, grads, optim, acts, logits,
                            capacity_hbm_bytes * params.hbm_usable_fraction, gathered, buffers,
                            kept_buckets, copies, step_grads, staging)
+
+
+def _stage_states(model, layout: TrainLayout, params: MemoryParams, stage_sums: tuple, first: bool, last: bool,
+                  tokens: float, m: int, micro_batches: int | None, kept_buckets: float) -> tuple[float, ...]:
+    """(weights, gradients, optimizer, logits, ZeRO-3 gathered, ZeRO backward buffers, step copies, step
+    gradients, ZeRO-Offload staging, the optimizer step's total) of a pipeline stage: all of
+    _memory_per_device's addends but its activations, from the stage's ``stage_sums`` (_stage_sums) and
+    whether it is the ``first`` and the ``last`` stage (the embedding, the output head and the logits)."""
+    dense, expert, largest_layer, _, _, trained_dense, trained_expert, largest_tensor = stage_sums
+    tp, pp, zero = layout.tp, layout.pp, layout.zero
+    zero_shard, expert_zero_shard = layout.zero_shard, layout.expert_zero_shard
+    emb, head = embedding_params(model)
+    outer_tensors = [0.0]   # the embedding / output head this stage holds (FSDP's root unit)
+    if first:
+        outer_tensors.append(emb / tp)
+    if last and (pp > 1 or not model.tied_head):
+        outer_tensors.append(head / tp)
+    outer = sum(outer_tensors)
+    dense += outer
+    if not getattr(model, "adapter_rank", 0):   # LoRA freezes the embedding and head
+        trained_dense += outer
+        largest_tensor = max(largest_tensor, *outer_tensors)
+    staging = zero_offload_staging_bytes(zero, largest_tensor, params)
+    # ZeRO shards dense states over dp x cp, expert states over the expert-DP group
+    # (tp x cp x dp / (etp x ep) ranks: MoE parallel folding), or over a zero_shard_size part of each.
+    # Gradients and optimizer states are the trained parameters' (LoRA: its adapters only); the
+    # trainer's own resident parameters (its fp32 shard under FSDP with fp32 master parameters).
+    grad_bpp = params.grad_bytes_per_param
+    full = dense + expert
+    shard = dense / zero_shard + expert / expert_zero_shard
+    trained = trained_dense + trained_expert
+    trained_shard = trained_dense / zero_shard + trained_expert / expert_zero_shard
+    weights = params.resident_bytes_per_param * (shard if zero >= 3 else full)
+    grads = device_gradient_bytes(zero, grad_bpp, trained, trained_shard, params)
+    optim = params.optimizer_bytes_per_param * (trained_shard if zero >= 1 else trained)
+    logits_bpe = params.logits_bytes_per_elem + params.entropy_logits_bytes_per_elem
+    logits = tokens * float(model.head_outputs) / tp * logits_bpe if last else 0.0
+    # torch's pipelining under FSDP2 holds the stage's unsharded gradients over the micro-batches
+    # and leaves its layers whole after every backward but the last (set_reshard_after_backward(False))
+    held_whole = pp > 1 and m > 1 and params.zero3_sync_last_micro_batch_only
+    accumulated = trained if held_whole else 0.0
+    gathered = zero3_working_set_bytes(largest_layer, outer, params, dense - outer + expert, accumulated,
+                                       held_whole, pp=pp) if zero >= 3 else 0.0
+    buffers = zero_backward_buffers_bytes(zero, grad_bpp * trained_shard, micro_batches or 1, params,
+                                          reduce_ranks=zero_shard)
+    copies, step_grads = zero_step_copies(zero, grad_bpp * trained_shard, params)
+    step_total = weights + step_grads + optim + copies + kept_buckets + staging
+    return weights, grads, optim, logits, gathered, buffers, copies, step_grads, staging, step_total
 
 
 def device_gradient_bytes(zero: int, grad_bpp: float, trained: float, trained_shard: float,
@@ -381,8 +397,8 @@ def _stage_sums(model, chunks: tuple[tuple[int, ...], ...], pp: int, vpp: int, t
                      for i in layers], method, group)
                 rebuilt = max(rebuilt, chunk_rebuilt)
             per_chunks.append(per_chunk)
-        out.append((dense, expert, largest_layer, tuple(per_chunks), rebuilt, trained_dense, trained_expert,
-                    largest_tensor))
+        stage = (dense, expert, largest_layer, tuple(per_chunks), rebuilt, trained_dense, trained_expert, largest_tensor)
+        out.append(out[-1] if out and out[-1] == stage else stage)   # equal to its predecessor: one tuple
     return tuple(out)
 
 

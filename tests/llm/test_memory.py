@@ -323,3 +323,25 @@ def test_micro_batches_of_other_lengths_share_one_stage_sum_under_flash_attentio
     assert (after.hits - before.hits, after.misses - before.misses) == (1, 0)
     memory._stage_sums.cache_clear()
     assert again == memory._memory_per_device(GPT, layout, 1700.0, BIG, MemoryParams(), True, None, 1700.0)
+
+
+def test_equal_middle_stages_share_one_sum_and_their_states_are_each_stages_own():
+    """_stage_sums gives a uniform model's equal stages one tuple; _memory_per_device then takes a middle
+    stage's states (all but its activations) from its predecessor: the breakdown is the one every stage
+    computed on its own gives (the largest total, the first of equals)."""
+    from simulator.llm import memory
+
+    layout = TrainLayout(dp=1, pp=6, micro_batch=2, zero=0, recompute="full")
+    chunks = memory.layout_stage_layers(GPT.num_layers, layout)
+    sums = memory._stage_sums(GPT, chunks, 6, 1, 1, 1, 1, False, "full", True, 0.0, MemoryParams(), "uniform", 1)
+    assert all(sums[s] is sums[0] for s in range(6))   # 4 equal layers a stage (the embedding: _stage_states')
+    got = memory_per_device(GPT, layout, 1024.0, BIG, micro_batches=12)
+    tokens, best = 2 * 1024.0, None
+    for s in range(6):
+        w, g, o, lo, ga, bu, co, sg, st, step = memory._stage_states(GPT, layout, MemoryParams(), sums[s], s == 0,
+                                                                     s == 5, tokens, 12, 12, 0.0)
+        acts = memory._in_flight_activations([c * tokens for c in sums[s][3]], 6, 1, 12, s) + tokens * sums[s][4]
+        total = w + g + o + acts + lo + ga + bu + st
+        if best is None or total > best[0]:
+            best = (total, s, acts)
+    assert (got.stage, got.activations_bytes, got.total_bytes) == (best[1], best[2], best[0])
