@@ -77,6 +77,11 @@ class TrainingEvaluator:
             collectives = CollectiveModel(topology)
         self.collectives = collectives
         self.sequence_parallel = sequence_parallel  # None: on with TP (TrainLayout's default)
+        # what the checks read again for candidates that share it (the same values, found once per search):
+        # a choice's layout, a pool's smallest HBM, the devices a candidate's count also trains on
+        self._layouts: dict[TrainChoice, TrainLayout] = {}
+        self._pool_hbm: dict[tuple[int, ...], float] = {}
+        self._also: dict[int, int | None] = {}
 
     @classmethod
     def for_software(cls, model: Any, topology: Any, global_batch: int, seq_len: int, software: Any,
@@ -98,6 +103,13 @@ class TrainingEvaluator:
                    sequence_parallel=software.sequence_parallel, **kwargs)
 
     def layout(self, c: TrainChoice) -> TrainLayout:
+        """The candidate's TrainLayout (made once a choice: a frozen value)."""
+        hit = self._layouts.get(c)
+        if hit is None:
+            hit = self._layouts[c] = self._new_layout(c)
+        return hit
+
+    def _new_layout(self, c: TrainChoice) -> TrainLayout:
         sp = self.sequence_parallel if c.sequence_parallel is None else c.sequence_parallel
         return TrainLayout(tp=c.tp, pp=c.pp, vpp=c.vpp, dp=c.dp, ep=c.ep, cp=c.cp, zero=c.zero,
                            recompute=c.recompute, micro_batch=c.micro_batch, sequence_parallel=sp, etp=c.etp,
@@ -114,7 +126,7 @@ class TrainingEvaluator:
         judged (the heaviest micro-batch beside what sits beside each update, _check_memory; None
         where params.check_memory is off) and the aux pool's (pools_check; None without one)."""
         layout = self.layout(c)
-        also = self.also_trains_on(len(ranks)) if callable(self.also_trains_on) else self.also_trains_on
+        also = self._also_trains_on(len(ranks))
         room = self.room_beside_tail(len(ranks)) if self.room_beside_tail else None
         if room is not None and room < layout.pool_unit:
             raise RlsimError(f"{self.model.name} with {c} trains in groups of {layout.pool_unit} devices "
@@ -125,16 +137,32 @@ class TrainingEvaluator:
         aux = self.pools_check(layout, len(ranks)) if self.pools_check is not None else None
         hbm = None   # the pool's smallest HBM (as train_step_cost), found once for both checks
         if self.rollout_phase is not None:   # the run refuses it whatever check_memory says
-            hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))
+            hbm = self.smallest_hbm(ranks)
             self.rollout_phase(layout, hbm)
         if not self.params.check_memory:
             return None, aux
         # The same memory check train_step_cost makes first (equal sequences: the longest is
         # seq_len, m = batch / (dp b)), without building the micro-batches: infeasible is cheap.
         if hbm is None:
-            hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))
+            hbm = self.smallest_hbm(ranks)
         return max(self._check_memory(c, layout if dp == layout.dp else dataclasses.replace(layout, dp=dp), hbm)
                    for dp in self._memory_dps(layout, c.dp, also)), aux   # (the candidate's own dp: its layout as is)
+
+    def smallest_hbm(self, ranks: Sequence[int]) -> float:
+        """The smallest HBM of the pool's devices (as train_step_cost judges memory), found once a pool."""
+        key = tuple(ranks)
+        hit = self._pool_hbm.get(key)
+        if hit is None:
+            hit = self._pool_hbm[key] = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))
+        return hit
+
+    def _also_trains_on(self, devices: int) -> int | None:
+        """``also_trains_on`` at a candidate's device count (its function asked once a count)."""
+        if not callable(self.also_trains_on):
+            return self.also_trains_on
+        if devices not in self._also:
+            self._also[devices] = self.also_trains_on(devices)
+        return self._also[devices]
 
     def _timed(self, c: TrainChoice, ranks: Sequence[int]) -> Any:
         """train_step_cost of the candidate on the step's sequences (step_sequences), else equal rows."""
@@ -200,8 +228,7 @@ class TrainingEvaluator:
         if memory is None:   # no check: the timed step's, beside the other model's kept state (PPO: the critic's)
             memory = r.memory.total_bytes
             if self.beside:
-                hbm = min(k.hbm_bytes for k in pool_devices(self.topology, ranks))
-                memory += self.beside[0][2](self.layout(c), hbm)
+                memory += self.beside[0][2](self.layout(c), self.smallest_hbm(ranks))
         return Evaluation(step_time_s=r.step_time_s, tflops_per_device=r.tflops_per_device, mfu=r.mfu,
                           memory_per_device_bytes=memory, comm_fraction=r.comm_fraction,
                           aux_pool_memory_per_device_bytes=aux)
