@@ -354,21 +354,31 @@ def _collective_model(topology: Any, collectives: Any | None) -> Any:
     return CollectiveModel(topology)
 
 
-def _memo(collectives: Any, topology: Any) -> dict[tuple, Any] | None:
+def _memo(collectives: Any, topology: Any, kind: tuple[str, int] | None = None) -> dict[tuple, Any] | None:
     """The training-cost results cached on the CollectiveModel that made them (it fixes the topology
     and the collective parameters; the rest of the key is by value); None when it cannot own them
-    (another topology's model, or a stand-in without a ``memo``)."""
+    (another topology's model, or a stand-in without a ``memo``). ``kind``: (name, most entries) of
+    another table than the steps' (STEP_MEMO: PIPELINES_MEMO)."""
     memo = getattr(collectives, "memo", None)
     if not isinstance(memo, dict) or getattr(collectives, "topology", None) is not topology:
         return None
-    out = memo.setdefault("llm.training", {})
-    if len(out) > STEP_MEMO_MAX_ENTRIES:
+    name, most = kind or STEP_MEMO
+    out = memo.setdefault(name, {})
+    if len(out) > most:
         out.clear()
     return out
 
 
 # Results kept per CollectiveModel: a speed knob only (results do not depend on it).
 STEP_MEMO_MAX_ENTRIES = 256
+STEP_MEMO = ("llm.training", STEP_MEMO_MAX_ENTRIES)
+# The slowest replica's pipelines (_slowest_replica_memoized) kept per CollectiveModel, by their op
+# times: a planner's candidates that differ in what the pipeline does not see (ZeRO 0-2: the gradient
+# sync after it) share them. A speed knob only.
+PIPELINES_MEMO = ("llm.training.pipelines", 512)
+# The layers' compute times (_layer_times) kept per CollectiveModel, by all they read: candidates of
+# another pp, ZeRO stage or recompute on the same micro-batches share them. A speed knob only.
+LAYER_TIMES_MEMO = ("llm.training.layer_times", 2048)
 
 
 pool_devices = distinct_devices  # the distinct DeviceSpecs of a pool's ranks (hardware/devices.py)
@@ -1018,8 +1028,10 @@ def _chunk_shapes(model: Any, layout: TrainLayout
 
 def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.ndarray, groups: _Groups,
                   comm: _Comm, rates: DeviceRates, params: TrainParams, forward_only: bool = False,
-                  head_tokens: np.ndarray | None = None, replica_sizes: Sequence[int] | None = None) -> _StageArrays:
+                  head_tokens: np.ndarray | None = None, replica_sizes: Sequence[int] | None = None,
+                  memo: dict[tuple, Any] | None = None) -> _StageArrays:
     """Forward / backward op times of every virtual stage for the micro-batches (tokens, sq).
+    ``memo``: the layers' compute times kept across calls (_memo's LAYER_TIMES_MEMO; None: this call's).
     ``forward_only``: the forward rows alone (fwd, fwd_comm; the same floats as in a full pass).
     ``head_tokens``: the tokens the output layer projects in each micro-batch (None: all of them).
     ``replica_sizes``: the micro-batches of each data-parallel replica, in the order (tokens, sq)
@@ -1061,9 +1073,8 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
                 lay = unique[u]
                 t = times.get(u)
                 if t is None:
-                    t = times[u] = layer_times(lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local,
-                                               sq_local, tp=layout.tp, sp=layout.sp, ep=layout.ep, rates=rates,
-                                               params=params.compute, etp=layout.expert_tp, backward=not forward_only)
+                    t = times[u] = _layer_times(model, lay, gated, tokens_local, sq_local, layout, rates, params,
+                                                not forward_only, memo)
                 blocks = _tp_blocks(lay) if params.comm.tp_userbuffers and layout.sp and layout.tp > 1 else None
                 userbuffers = None if not blocks else (blocks, gemm_times(
                     lay, tokens_local, tp=layout.tp, ep=layout.ep, rates=rates, params=params.compute,
@@ -1093,6 +1104,27 @@ def _stage_arrays(model: Any, layout: TrainLayout, tokens: np.ndarray, sq: np.nd
     bwd[-1] += lb
     compute[-1] += lf + lb
     return _StageArrays(fwd, out[1], bwd, compute, {kind: out[r] for r, kind in enumerate(COMM_KINDS, start=4)})
+
+
+def _layer_times(model: Any, lay: Any, gated: bool, tokens_local: np.ndarray, sq_local: np.ndarray,
+                 layout: TrainLayout, rates: DeviceRates, params: TrainParams, backward: bool,
+                 memo: dict[tuple, Any] | None) -> LayerTimes:
+    """layer_times of one layer shape on the layout's micro-batches, kept in ``memo`` (None: not kept)
+    by all it reads: a planner's candidates that differ in what the layer's compute does not see (pp,
+    ZeRO, recompute, dp of the same micro-batches) share them. Do not modify the returned arrays."""
+    key = None
+    if memo is not None:
+        key = (lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local.tobytes(), sq_local.tobytes(),
+               layout.tp, layout.sp, layout.ep, layout.expert_tp, rates, params.compute, backward)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+    out = layer_times(lay, int(model.hidden), int(model.ffn_hidden), gated, tokens_local, sq_local, tp=layout.tp,
+                      sp=layout.sp, ep=layout.ep, rates=rates, params=params.compute, etp=layout.expert_tp,
+                      backward=backward)
+    if key is not None:
+        memo[key] = out
+    return out
 
 
 def _layer_addends(lc: _LayerCost, recompute: str, n_rows: int, n_m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1372,6 +1404,21 @@ def _slowest_groups(layout: TrainLayout, ranks: tuple[int, ...], first: _Groups,
                    stats)
 
 
+def _slowest_replica_memoized(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layout: TrainLayout,
+                              params: TrainParams, memo: dict[tuple, Any] | None
+                              ) -> tuple[float, PipelineResult, slice, PipelineResult | None]:
+    """_slowest_replica, kept in ``memo`` (None: not kept) by all it reads: the op and transfer times,
+    the replicas' micro-batch counts, pp, vpp and whether sends block."""
+    if memo is None:
+        return _slowest_replica(arrays, p2p, replicas, layout, params)
+    key = (layout.pp, layout.vpp, params.comm.pp_blocking_send, tuple(t.size for t, _ in replicas),
+           arrays.fwd.shape, arrays.fwd.tobytes(), arrays.bwd.tobytes(), p2p.shape, p2p.tobytes())
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _slowest_replica(arrays, p2p, replicas, layout, params)
+    return hit
+
+
 def _slowest_replica(arrays: _StageArrays, p2p: np.ndarray, replicas: list, layout: TrainLayout,
                      params: TrainParams) -> tuple[float, PipelineResult, slice, PipelineResult | None]:
     """(makespan, pipeline, micro-batch slice, the same pipeline without p2p or None) of the slowest
@@ -1471,10 +1518,12 @@ def _train_step_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list
     sq = np.concatenate([q for _, q in replicas])
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params,
                            head_tokens=None if heads is None else np.concatenate(heads),
-                           replica_sizes=[t.size for t, _ in replicas])
+                           replica_sizes=[t.size for t, _ in replicas],
+                           memo=_memo(collectives, topology, LAYER_TIMES_MEMO))
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
     # Simulate each replica's pipeline; the slowest sets the step (they meet at the gradient sync).
-    makespan, pipe, sl, bare = _slowest_replica(arrays, p2p, replicas, layout, params)
+    makespan, pipe, sl, bare = _slowest_replica_memoized(arrays, p2p, replicas, layout, params,
+                                                         _memo(collectives, topology, PIPELINES_MEMO))
     pp_exposed = 0.0
     if p2p.size and float(p2p[:, sl].max()) > 0:
         if bare is None:
@@ -1971,7 +2020,8 @@ def _forward_cost(model: Any, layout: TrainLayout, topology: Any, ranks: list[in
     sq = np.concatenate([q for _, q in replicas])
     arrays = _stage_arrays(model, layout, tokens, sq, groups, comm, rates, params, forward_only=True,
                            head_tokens=None if heads is None else np.concatenate(heads),
-                           replica_sizes=[t.size for t, _ in replicas])
+                           replica_sizes=[t.size for t, _ in replicas],
+                           memo=_memo(collectives, topology, LAYER_TIMES_MEMO))
     p2p = _p2p_times(model, layout, tokens, groups, comm, params)
     worst_t, worst_sl = -1.0, slice(0, 0)
     for span, sl in _forward_spans(arrays, p2p, [t.size for t, _ in replicas], params, layout.pp):

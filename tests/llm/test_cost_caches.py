@@ -97,3 +97,44 @@ def test_runs_do_not_depend_on_what_ran_before(key):
     b2, a2 = run(values[1]), run(values[0])
     assert a1 == a2 and b1 == b2
     assert a1 != b1
+
+
+def _costs_on_one_model(layouts, params=PARAMS[0]):
+    coll = CollectiveModel(TOPO)
+    return coll, [train_step_cost(MODEL, lay, TOPO, range(16), SEQS, params=params, collectives=coll)
+                  for lay in layouts]
+
+
+def test_layouts_that_differ_in_what_their_pipeline_and_layers_do_not_see_share_them():
+    """ZeRO 1 and 2 of one layout: the same op times, so one pipeline simulation and one set of layer
+    compute times on a shared CollectiveModel (PIPELINES_MEMO, LAYER_TIMES_MEMO); each step's
+    result is the one a fresh CollectiveModel gives."""
+    from simulator.llm import training
+
+    zero2 = TrainLayout(tp=4, pp=2, zero=2, recompute="full")
+    coll, (one, two) = _costs_on_one_model([LAYOUT, zero2])
+    pipelines = coll.memo[training.PIPELINES_MEMO[0]]
+    layer_times = coll.memo[training.LAYER_TIMES_MEMO[0]]
+    assert len(pipelines) == 1 and one.pipeline is two.pipeline
+    assert len(layer_times) == len({key[0] for key in layer_times})   # one entry a layer shape
+    for lay, got in ((LAYOUT, one), (zero2, two)):
+        fresh = train_step_cost(MODEL, lay, TOPO, range(16), SEQS, collectives=CollectiveModel(TOPO))
+        assert (got.step_time_s, got.pipeline_s, got.pipeline.ends) == (fresh.step_time_s, fresh.pipeline_s,
+                                                                         fresh.pipeline.ends)
+
+
+def test_the_kept_pipelines_and_layer_times_are_keyed_on_all_they_read():
+    """Another pp, recompute or blocking sends: other pipelines; another tp: other layer times."""
+    from simulator.llm import training
+
+    layouts = [LAYOUT, TrainLayout(tp=4, pp=4, zero=1, recompute="full"),
+               TrainLayout(tp=4, pp=2, zero=1, recompute="selective"), TrainLayout(tp=2, pp=2, zero=1, recompute="full")]
+    coll, costs = _costs_on_one_model(layouts)
+    assert len(coll.memo[training.PIPELINES_MEMO[0]]) == 4
+    assert len({(key[0], key[6]) for key in coll.memo[training.LAYER_TIMES_MEMO[0]]}) == \
+        len(coll.memo[training.LAYER_TIMES_MEMO[0]])   # per shape and tp
+    assert {key[6] for key in coll.memo[training.LAYER_TIMES_MEMO[0]]} == {2, 4}
+    blocking = TrainParams(comm=CommParams(pp_blocking_send=True))
+    coll_b, (with_blocking,) = _costs_on_one_model([LAYOUT], blocking)
+    fresh = train_step_cost(MODEL, LAYOUT, TOPO, range(16), SEQS, params=blocking, collectives=CollectiveModel(TOPO))
+    assert with_blocking.step_time_s == fresh.step_time_s != costs[0].step_time_s
