@@ -357,17 +357,33 @@ def rollout_note(args: argparse.Namespace, topology: Any) -> str | None:
 
 
 class _Counted:
-    """An evaluator that reports each layout it costs to ``progress(done, total)`` (a terminal bar)."""
+    """An evaluator that reports each layout it costs or judges to ``progress(done, total)`` (a terminal
+    bar); the rest of what a search reads of it (its params, micro_batch_counts, judge, checks_timed) is
+    the wrapped evaluator's, so `rlsim plan` searches and charges as `layout: auto` does (without
+    ``judge`` the block-recompute probes were timed and charged as timed evaluations)."""
 
     def __init__(self, evaluator: Any, progress: Any) -> None:
         self.evaluator, self.progress, self.done = evaluator, progress, 0
-        self.params = getattr(evaluator, "params", None)   # the constants it costs with (an error's arithmetic)
-        self.micro_batch_counts = getattr(evaluator, "micro_batch_counts", None)   # the run's, the search judges VPP on
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _tick(self) -> None:
         self.done += 1
         self.progress(self.done, None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._tick()
         return self.evaluator(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "evaluator":   # not set yet (a copy): no recursion
+            raise AttributeError(name)
+        found = getattr(self.evaluator, name)   # AttributeError where it has none: the search's getattr default
+        if name != "judge":
+            return found
+
+        def judge(*args: Any, **kwargs: Any) -> Any:
+            self._tick()
+            return found(*args, **kwargs)
+        return judge
 
 
 def _counted(evaluator: Any, progress: Any) -> Any:
