@@ -52,6 +52,15 @@ class TimedEvaluator:
         finally:
             self.seconds[outcome].append(time.perf_counter() - t0)
 
+    def judge(self, choice, ranks):
+        """The checks before timing alone (the block-recompute probes, planner/search.py _Work.judge),
+        charged as a refusal before timing: timed as one. Without it the probes were timed whole."""
+        t0 = time.perf_counter()
+        try:
+            return self.evaluator.judge(choice, ranks)
+        finally:
+            self.seconds["refused before timing"].append(time.perf_counter() - t0)
+
 
 def cost_per_evaluation(quick: bool) -> None:
     """Section 4: the seconds an evaluation of `layout: auto`'s training search takes, by outcome."""
