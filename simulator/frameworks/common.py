@@ -734,7 +734,8 @@ def size_topology(spec: str | None, gpus: int, where: str, source: str,
         return _domains_for(name, preset, domain_key, gpus, where, source, assumed)
     if "nodes" not in preset or not isinstance(per_node, int) or per_node < 1:
         if user_sizes:
-            return {"preset": name}, f"topology {name} sized by --set{_CHECKS_AT_CONFIG.format(gpus=gpus, where=where)}"
+            return {"preset": name}, (f"topology {name} sized by the topology.* items of --set / --grid"
+                                      f"{_CHECKS_AT_CONFIG.format(gpus=gpus, where=where)}")
         raise RlsimError(f"topology {name!r} is not sized in nodes; cannot hold the config's {gpus} GPUs ({where})",
                          source=source, field="topology", fix="size it with --set topology.PARAM=N (see rlsim presets)")
     nodes = math.ceil(gpus / per_node)
@@ -746,12 +747,13 @@ def size_topology(spec: str | None, gpus: int, where: str, source: str,
                              "[topology.devices_per_node=G], or a topology whose nodes hold the config's GPUs")
     if user_sizes:   # the run's size is the --set one: the config's would mislead as the run's
         return ({"preset": name, "nodes": nodes},
-                f"topology {name} sized by --set (the config's {gpus} GPUs ({where}) would be {nodes} nodes)"
+                f"topology {name} sized by the topology.* items of --set / --grid (the config's {gpus} GPUs ({where}) "
+                f"would be {nodes} nodes)"
                 f"{_CHECKS_AT_CONFIG.format(gpus=gpus, where=where)}{assumed}")
     return {"preset": name, "nodes": nodes}, f"topology {name} x {nodes} nodes = {gpus} GPUs ({where}){assumed}"
 
 
-# What a run sized by --set topology.* does not re-check: the framework's own checks of its world
+# What a run sized by topology.* items (--set, a sweep's --grid) does not re-check: the framework's own checks of its world
 # (parallel sizes dividing it, the mini-batch over its data-parallel ranks) read the config's size.
 _CHECKS_AT_CONFIG = ("; the framework's checks of its world read the config's {gpus} GPUs, not the run's: size "
                      "the config itself ({where}) to have them read the run's")

@@ -1683,7 +1683,7 @@ def test_the_topology_note_says_a_set_size_replaces_the_configs(capsys):
                          "--set", "topology.nodes=2", "--iterations", "1", "--json")
     assert code == 0, err
     assert json.loads(out)["devices"] == 16
-    assert "sized by --set (the config's 8 GPUs" in err and "x 1 nodes = 8 GPUs" not in err
+    assert "sized by the topology.* items of --set / --grid (the config's 8 GPUs" in err and "x 1 nodes = 8 GPUs" not in err
     # the framework's own checks of its world (verl's micro-batch over the data-parallel ranks) read
     # the config's size: the note says so and how to have them read the run's (a new-user trial)
     assert "checks of its world read the config's 8 GPUs, not the run's" in err

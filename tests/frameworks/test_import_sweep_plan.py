@@ -99,7 +99,7 @@ def test_the_grid_keys_are_the_users_in_the_import_as_set_keys_are(capsys):
     code, _, err = cli(capsys, "sweep", "--from-verl", VERL, *SMALL, "--grid", "topology.nodes=1,2",
                        "--iterations", "1", "--jobs", "1", "--json")
     assert code == 0, err
-    assert "topology dgx-h100 sized by --set" in err and "x 1 nodes = 8 GPUs" not in err
+    assert "topology dgx-h100 sized by the topology.* items of --set / --grid" in err and "x 1 nodes = 8 GPUs" not in err
 
 
 @pytest.mark.parametrize(("flag", "config"), [
