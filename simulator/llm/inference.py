@@ -998,6 +998,19 @@ ENGINE_COUNTERS = {
 }
 
 
+# The counts of tokens prefilled again (prefilled_tokens holds them too): not what a prefix cache could
+# serve the first time.
+REPREFILL_COUNTS = ("preemption_reprefill_tokens", "eviction_reprefill_tokens", "resume_reprefill_tokens")
+
+
+def first_prefill_tokens(counts: Mapping[str, int | None]) -> int:
+    """The tokens engines with these ``counts`` (ENGINE_COUNTERS' keys; a missing or null one 0) were asked
+    to prefill for the first time (prompts, a multi-turn turn's new tokens): the prompt hits and the
+    tokens prefilled, less the re-prefills of preempted, evicted and resumed contexts (REPREFILL_COUNTS)."""
+    again = sum(counts.get(key) or 0 for key in REPREFILL_COUNTS)
+    return (counts.get("prompt_hit_tokens") or 0) + (counts.get("prefilled_tokens") or 0) - again
+
+
 def no_counts() -> dict[str, int]:
     """ENGINE_COUNTERS' keys, each 0 (an engine that did nothing, a cost model without engines)."""
     return dict.fromkeys(ENGINE_COUNTERS, 0)

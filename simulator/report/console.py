@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..llm.inference import first_prefill_tokens
 from ..metrics import BUBBLE_CAUSES
 from .summary import has_steady_window, notes_of
 
@@ -83,27 +84,14 @@ def _count(rollout: dict[str, Any], key: str) -> int:
     return rollout.get(key) or 0
 
 
-# the engine counts of tokens prefilled again (prefilled_tokens holds them too): not what a prefix
-# cache could serve the first time (metrics.rollout_counts; docs/schedules.md "Long tail and rollout occupancy")
-REPREFILL_COUNTS = ("preemption_reprefill_tokens", "eviction_reprefill_tokens", "resume_reprefill_tokens")
-
-
-def _first_prefill_tokens(rollout: dict[str, Any]) -> int:
-    """The tokens the engines were asked to prefill for the first time (prompts, a multi-turn turn's
-    new tokens): the prompt hits and the tokens prefilled, less the re-prefills of preempted, evicted
-    and resumed contexts (as generation_flops.request_fed_flops counts the prompts asked)."""
-    again = sum(_count(rollout, key) for key in REPREFILL_COUNTS)
-    return _count(rollout, "prompt_hit_tokens") + _count(rollout, "prefilled_tokens") - again
-
-
 def _hit_share(rollout: dict[str, Any]) -> float | None:
     """The prefix cache's hit rate of the tokens first prefilled (a running sibling's prompt pages):
-    prompt hits / _first_prefill_tokens, so a schedule that prefills a resumed tail again (StaleSync,
+    prompt hits / llm.inference.first_prefill_tokens, so a schedule that prefills a resumed tail again (StaleSync,
     partial rollouts) or a preempted context shows its prompts' hit rate, not a share diluted by its
     re-prefills (StaleSync read 28% beside colocated's 93% for the same prompts on the seed). None
     without hits."""
     hits = _count(rollout, "prompt_hit_tokens")
-    return hits / max(hits, _first_prefill_tokens(rollout)) if hits else None
+    return hits / max(hits, first_prefill_tokens(rollout)) if hits else None
 
 
 def engine_count_rows(rollout: dict[str, Any]) -> list[tuple[str, str]]:
@@ -120,7 +108,7 @@ def engine_count_rows(rollout: dict[str, Any]) -> list[tuple[str, str]]:
                      f"{preempted:,} ({_count(rollout, 'preemption_reprefill_tokens'):,} tokens)"))
     share = _hit_share(rollout)
     if share is not None:
-        rows.append(("first prefills hit in prefix cache", f"{share:.1%} of {_first_prefill_tokens(rollout):,}"))
+        rows.append(("first prefills hit in prefix cache", f"{share:.1%} of {first_prefill_tokens(rollout):,}"))
     evicted, again = _count(rollout, "evicted_context_tokens"), _count(rollout, "eviction_reprefill_tokens")
     if evicted or again:
         rows.append(("contexts evicted / re-prefilled", f"{evicted:,} / {again:,} tokens"))

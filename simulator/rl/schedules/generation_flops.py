@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ...llm.inference import first_prefill_tokens
+
 RESUME_KEY = "resume_reprefill_tokens"
 
 
@@ -69,9 +71,9 @@ def request_fed_flops(charged: float, tokens: float, prompts: float, counts: dic
     if tokens <= 0:
         return 0.0, 0.0
     rate = charged / tokens
-    hits, preempted = counts.get("prompt_hit_tokens", 0), counts.get("preemption_reprefill_tokens", 0)
+    hits = counts.get("prompt_hit_tokens", 0)
     again = counts.get("eviction_reprefill_tokens", 0) + counts.get(RESUME_KEY, 0)
-    asked = counts.get("prefilled_tokens", 0) + hits - preempted - again
+    asked = first_prefill_tokens(counts)
     share = min(1.0, prompts / asked) if asked > 0 else 0.0
     model = max(charged - rate * hits * share, rate * (tokens - prompts))
     return model, model + share * (rate * again + _preemption_flops(counts, rollout_flops_per_token))

@@ -26,13 +26,12 @@ def rule_rewards_ready(ctx: RunState, finish: np.ndarray, ranks: Ranks, handover
         if in_order is not None:
             done[order] = in_order
             return done
-        # one at a time: _verified of one sample (its time over the workers, no less than its time),
-        # on Python floats (a numpy sum and max of one value each per sample cost more than serve)
+        # one at a time, on Python floats (a numpy sum and max of one value each per sample cost more than serve)
         for row, at, each in zip(order.tolist(), finish[order].tolist(), each_s[order].tolist(), strict=True):
-            done[row] = pool.serve(at, each / workers, least_s=max(each, 0.0))
+            done[row] = _verified(pool, workers, at, each, max(each, 0.0))
         return done
     at = float(finish.max()) if handed_over is None else handed_over
-    return np.full(len(finish), _verified(pool, workers, at, each_s))
+    return np.full(len(finish), _verified(pool, workers, at, float(each_s.sum()), float(each_s.max(initial=0.0))))
 
 
 def _workers_of(ctx: RunState, ranks: Ranks) -> tuple[RewardPool, float]:
@@ -45,9 +44,9 @@ def _workers_of(ctx: RunState, ranks: Ranks) -> tuple[RewardPool, float]:
     return ctx.totals.instance_reward_pools.setdefault(key, RewardPool()), reward.workers_on(len(ranks))
 
 
-def _verified(pool: RewardPool, workers: float, handed_over: float, each_s: np.ndarray) -> float:
-    """When samples handed over together at ``handed_over``, each taking ``each_s`` on one worker,
-    are verified: the batch spread evenly over the pool needs sum / workers of the whole pool's time,
-    and no less than its longest sample (a batch smaller than the pool leaves workers free)."""
-    work_s = float(each_s.sum()) / workers
-    return pool.serve(handed_over, work_s, least_s=float(each_s.max(initial=0.0)))
+def _verified(pool: RewardPool, workers: float, handed_over: float, total_s: float, longest_s: float) -> float:
+    """When samples handed over together at ``handed_over``, taking ``total_s`` on one worker in all and
+    ``longest_s`` the longest, are verified: the batch spread evenly over the pool needs total / workers
+    of the whole pool's time, and no less than its longest sample (a batch smaller than the pool leaves
+    workers free)."""
+    return pool.serve(handed_over, total_s / workers, least_s=longest_s)
