@@ -196,6 +196,11 @@ def _models_at(model: Any, loc: tuple[Any, ...], data: Any = None) -> list[Any]:
     return current
 
 
+def counted(count: int, noun: str) -> str:
+    """'1 device', '0 devices', '8 devices': a count with its noun in the right number."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def one_typo_from(name: str, names: Iterable[str]) -> str:
     """"; did you mean 'x'?" where ``name`` is one typo away from one of ``names`` ('' else): similar
     (difflib) and a few edits apart, so a different word made of the same parts is not offered

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import RlsimError
+from ..errors import RlsimError, counted
 from ..overrides import parse_assignment, section
 from . import common
 
@@ -616,7 +616,7 @@ def _print_kind_subsets(doc: dict[str, Any]) -> None:
     print(f"  the kinds planned on ({doc['subsets_tried']}), each with its best split:")
     for n, part in enumerate(doc["subsets"]):   # every kind first: the balanced split above
         what = "the balanced split above" if n == 0 else part["refused"] if "refused" in part else _split_text(part)
-        print(f"    {' + '.join(part['kinds'])} ({_devices(part['devices'])}): {what}")
+        print(f"    {' + '.join(part['kinds'])} ({counted(part['devices'], 'device')}): {what}")
     best = doc["best"]
     if not best["idle"]:
         fewer = [part for part in doc["subsets"][1:] if "refused" not in part]
@@ -625,19 +625,17 @@ def _print_kind_subsets(doc: dict[str, Any]) -> None:
             "" if runner_up is None else f" (the fastest without one, {' + '.join(runner_up['kinds'])}: step "
                                          f"{runner_up['step_time_s']:.3f} s)"))
         return
-    print(f"  best: {' + '.join(best['kinds'])} only ({_devices(best['devices'])}), step {best['step_time_s']:.3f} s, "
+    print(f"  best: {' + '.join(best['kinds'])} only ({counted(best['devices'], 'device')}), step {best['step_time_s']:.3f} s, "
           f"{best['speedup_over_every_kind']:.2f}x faster than the balanced split on every kind:")
     for idle in best["idle"]:
         with_it = idle["step_time_with_it_s"]
         why = (f"with it the best split steps in {with_it:.3f} s" if with_it is not None else
                f"with it: {idle['with_it_refused']}" if "with_it_refused" in idle else
                f"the kinds with it were not planned on ({doc['subsets_tried']})")
-        print(f"    {idle['kind']} left idle ({why}): the price, {_devices(idle['devices'])} idle, "
+        print(f"    {idle['kind']} left idle ({why}): the price, {counted(idle['devices'], 'device')} idle, "
               f"{idle['idle_device_hours_per_1000_steps']:.2f} device-hours per 1000 steps")
 
 
-def _devices(count: int) -> str:
-    return f"{count} device{'' if count == 1 else 's'}"
 
 
 def _layout_cell(layout: dict[str, Any], key: str) -> str:

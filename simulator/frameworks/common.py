@@ -753,8 +753,8 @@ def size_topology(spec: str | None, gpus: int, where: str, source: str,
     return {"preset": name, "nodes": nodes}, f"topology {name} x {nodes} nodes = {gpus} GPUs ({where}){assumed}"
 
 
-# What a run sized by topology.* items (--set, a sweep's --grid) does not re-check: the framework's own checks of its world
-# (parallel sizes dividing it, the mini-batch over its data-parallel ranks) read the config's size.
+# What a run sized by topology.* items (--set, a sweep's --grid) does not re-check: the framework's own
+# checks of its world (parallel sizes dividing it, the mini-batch over its data-parallel ranks) read the config's size.
 _CHECKS_AT_CONFIG = ("; the framework's checks of its world read the config's {gpus} GPUs, not the run's: size "
                      "the config itself ({where}) to have them read the run's")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RlsimError
+from ..errors import RlsimError, counted
 from ..hardware.collective_params import CollectiveParams
 from ..hardware.fabric import FlowTable
 from ..hardware.topology import Topology
@@ -496,11 +496,6 @@ def line_time_s(lines: Sequence[tuple[float, float]], nbytes: float) -> float:
     return min(fixed + slope * nbytes for fixed, slope in lines)
 
 
-def _many(count: int, noun: str) -> str:
-    """'1 node', '2 nodes'."""
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
 def parse_group(topology: Topology, spec: str) -> list[int]:
     """`all`, `node:I`, `nodes:I-J`, `domain:I`, `devices:I-J` (inclusive) or `0,8,...` -> ranks."""
     text = str(spec).strip()
@@ -526,12 +521,12 @@ def parse_group(topology: Topology, spec: str) -> list[int]:
         if sep and kind in ("node", "nodes"):
             a, b = span(rest)
             if b >= topology.num_nodes:
-                raise bad(f"node {b} does not exist ({topology.name} has {_many(topology.num_nodes, 'node')})")
+                raise bad(f"node {b} does not exist ({topology.name} has {counted(topology.num_nodes, 'node')})")
             return [r for i in range(a, b + 1) for r in topology.ranks_of_node(i)]
         if sep and kind in ("domain", "domains"):
             a, b = span(rest)
             if b >= topology.num_domains:
-                raise bad(f"domain {b} does not exist ({topology.name} has {_many(topology.num_domains, 'domain')})")
+                raise bad(f"domain {b} does not exist ({topology.name} has {counted(topology.num_domains, 'domain')})")
             return [r for i in range(a, b + 1) for r in topology.ranks_of_domain(i)]
         if sep and kind in ("devices", "device"):
             a, b = span(rest)
@@ -554,5 +549,5 @@ def parse_group(topology: Topology, spec: str) -> list[int]:
         raise bad("no devices")
     out_of_range = [r for r in ranks if not 0 <= r < topology.num_devices]
     if out_of_range:
-        raise bad(f"device {out_of_range[0]} does not exist ({topology.name} has {_many(topology.num_devices, 'device')})")
+        raise bad(f"device {out_of_range[0]} does not exist ({topology.name} has {counted(topology.num_devices, 'device')})")
     return ranks

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import permutations
 from typing import Any
 
-from ..errors import RlsimError
+from ..errors import RlsimError, counted
 from ..scenario import AUX_POOL_ROLES, ScheduleConfig
 
 
@@ -228,11 +228,6 @@ def _no_colocated_pool(n_devices: int, instance_devices: int, train_group_device
                           f"least common multiple is at most {n_devices}), or at least {unit} devices")
 
 
-def _devices(count: int) -> str:
-    """'1 device', '0 devices', '8 devices'."""
-    return f"{count} device{'' if count == 1 else 's'}"
-
-
 def aux_devices_with_room(schedule: ScheduleConfig, n_devices: int, source: str) -> int:
     """The devices schedule.aux_devices sets apart on ``n_devices``, refused as a run refuses them where they
     leave no room for a training replica and a rollout instance of one device each (the planner's check,
@@ -248,11 +243,11 @@ def _split(schedule: ScheduleConfig, n_devices: int, instance_devices: int, trai
     if schedule.rollout_devices and want > n_devices - train_group_devices:
         room = n_devices - train_group_devices
         raise RlsimError(f"rollout_devices={want} leaves {max(n_devices - want, 0)} of the "
-                         f"{_devices(n_devices)} to train on, and a training replica needs "
-                         f"{_devices(train_group_devices)}{why}", source=source, field=field_name,
+                         f"{counted(n_devices, 'device')} to train on, and a training replica needs "
+                         f"{counted(train_group_devices, 'device')}{why}", source=source, field=field_name,
                          fix=f"give at most {room} (the rest train), or use rollout_fraction" if room > 0 else
-                         f"no rollout pool fits beside a training replica of {_devices(train_group_devices)} on "
-                         f"{_devices(n_devices)}: give more devices or a smaller train_layout")
+                         f"no rollout pool fits beside a training replica of {counted(train_group_devices, 'device')} on "
+                         f"{counted(n_devices, 'device')}: give more devices or a smaller train_layout")
     # the trainer gets whole replicas nearest to its share, leaving room for one rollout instance at
     # least (a share that rounds to none, 0.05 of 16 devices, is rounded to the nearest split that
     # runs, and the run's warning says so); the rollout whole instances of the rest
